@@ -1,0 +1,56 @@
+// What makes a type a qkv expression, and the traits every node exposes.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <type_traits>
+
+namespace qkv {
+
+// Every node and every storage leaf declares `static constexpr bool
+// qkv_expression = true` and has value_type, static_rows, static_cols,
+// rows() and cols(). Leaves also have data() and row_stride().
+template <class E>
+concept expression = requires {
+  requires std::remove_cvref_t<E>::qkv_expression;
+  typename std::remove_cvref_t<E>::value_type;
+};
+
+template <class E>
+concept leaf = expression<E> && requires(const std::remove_cvref_t<E>& e) {
+  e.data();
+  { e.row_stride() } -> std::convertible_to<std::size_t>;
+};
+
+template <expression E>
+using value_type_t = typename std::remove_cvref_t<E>::value_type;
+
+// Element types of arithmetic; bool is for masks only.
+template <class T>
+concept element = std::same_as<T, float> || std::same_as<T, double>;
+
+namespace detail {
+
+// How a node holds an operand (xtensor's closure rule): an lvalue by const
+// reference, a temporary by value, so `auto e = softmax(A * B)` never
+// dangles. Views are cheap and hold no data, so they are always copied.
+template <class E>
+struct closure {
+  using type = std::conditional_t<std::is_lvalue_reference_v<E> && !std::remove_cvref_t<E>::qkv_is_view,
+                                  const std::remove_reference_t<E>&, std::remove_cvref_t<E>>;
+};
+
+template <class E>
+using closure_t = typename closure<E>::type;
+
+template <class E>
+using bare_t = std::remove_cvref_t<E>;
+
+}  // namespace detail
+
+// Evaluates `e` into storage `dst` of the same shape; defined in eval/ (the
+// storage classes call it from their converting constructors).
+template <class Dst, class E>
+void eval_into(Dst&& dst, const E& e);
+
+}  // namespace qkv

@@ -1,0 +1,74 @@
+// causal(S) and masked(S, M): scores set to −∞ where a query may not look.
+#pragma once
+
+#include "../shape/check.hpp"
+#include "node.hpp"
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace qkv {
+
+// Masks S(i, j) where j > i + (m − n): query i sees keys up to its own
+// position, the last query row aligned with the last key (bottom-right).
+template <class S>
+class causal_expr
+    : public detail::node<value_type_t<S>, detail::bare_t<S>::static_rows, detail::bare_t<S>::static_cols> {
+  static_assert(element<value_type_t<S>>, "qkv: causal(S): S must be a float or double matrix");
+
+ public:
+  template <class A>
+  explicit causal_expr(A&& a) : arg_(std::forward<A>(a)) {}
+
+  std::size_t rows() const { return arg_.rows(); }
+  std::size_t cols() const { return arg_.cols(); }
+  const detail::bare_t<S>& arg() const { return arg_; }
+  auto operands() const { return std::tie(arg_); }
+
+ private:
+  S arg_;
+};
+
+// Masks S(i, j) where M(i, j) is false.
+template <class S, class M>
+class masked_expr
+    : public detail::node<value_type_t<S>, detail::bare_t<S>::static_rows, detail::bare_t<S>::static_cols> {
+  using s_t = detail::bare_t<S>;
+  using m_t = detail::bare_t<M>;
+  static_assert(element<value_type_t<S>>, "qkv: masked(S, M): S must be a float or double matrix");
+  static_assert(std::is_same_v<value_type_t<M>, bool> && leaf<m_t>,
+                "qkv: masked(S, M): M must be a matrix or matrix_view of bool");
+  static_assert(extents_agree(s_t::static_rows, m_t::static_rows), "qkv: masked(S, M): the rows of S differ from the rows of M");
+  static_assert(extents_agree(s_t::static_cols, m_t::static_cols), "qkv: masked(S, M): the columns of S differ from the columns of M");
+
+ public:
+  template <class A, class B>
+  masked_expr(A&& s, B&& m) : s_(std::forward<A>(s)), m_(std::forward<B>(m)) {
+    const char* what = "masked(S, M): the shapes of S and M differ";
+    detail::require_equal(s_.rows(), m_.rows(), what, s_.rows(), s_.cols(), m_.rows(), m_.cols());
+    detail::require_equal(s_.cols(), m_.cols(), what, s_.rows(), s_.cols(), m_.rows(), m_.cols());
+  }
+
+  std::size_t rows() const { return s_.rows(); }
+  std::size_t cols() const { return s_.cols(); }
+  const s_t& arg() const { return s_; }
+  const m_t& mask() const { return m_; }
+  auto operands() const { return std::tie(s_, m_); }
+
+ private:
+  S s_;
+  M m_;
+};
+
+template <expression S>
+auto causal(S&& s) {
+  return causal_expr<detail::closure_t<S&&>>(std::forward<S>(s));
+}
+
+template <expression S, expression M>
+auto masked(S&& s, M&& m) {
+  return masked_expr<detail::closure_t<S&&>, detail::closure_t<M&&>>(std::forward<S>(s), std::forward<M>(m));
+}
+
+}  // namespace qkv

@@ -1,0 +1,52 @@
+// X * s, s * X and X / s for a scalar s.
+#pragma once
+
+#include "node.hpp"
+#include "scalar.hpp"
+
+#include <tuple>
+#include <utility>
+
+namespace qkv {
+
+enum class scale_op { multiply, divide };
+
+template <class X, class S, scale_op Op>
+class scaled_expr
+    : public detail::node<value_type_t<X>, detail::bare_t<X>::static_rows, detail::bare_t<X>::static_cols> {
+  static_assert(element<value_type_t<X>>, "qkv: X * s, X / s: X must be a float or double matrix (bool is for masks)");
+
+ public:
+  static constexpr scale_op op = Op;
+
+  template <class A>
+  scaled_expr(A&& a, S s) : arg_(std::forward<A>(a)), s_(s) {}
+
+  std::size_t rows() const { return arg_.rows(); }
+  std::size_t cols() const { return arg_.cols(); }
+  const detail::bare_t<X>& arg() const { return arg_; }
+  const S& factor() const { return s_; }
+  auto operands() const { return std::tie(arg_); }
+
+ private:
+  X arg_;
+  [[no_unique_address]] S s_;
+};
+
+template <expression X, scalar S>
+auto operator*(X&& x, S s) {
+  return scaled_expr<detail::closure_t<X&&>, S, scale_op::multiply>(std::forward<X>(x), s);
+}
+
+// s * X is X * s: multiplication of two floats commutes exactly.
+template <scalar S, expression X>
+auto operator*(S s, X&& x) {
+  return std::forward<X>(x) * s;
+}
+
+template <expression X, scalar S>
+auto operator/(X&& x, S s) {
+  return scaled_expr<detail::closure_t<X&&>, S, scale_op::divide>(std::forward<X>(x), s);
+}
+
+}  // namespace qkv

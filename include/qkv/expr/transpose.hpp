@@ -1,0 +1,32 @@
+// transpose(X): the n×m matrix Xᵀ of an m×n expression.
+#pragma once
+
+#include "node.hpp"
+
+#include <tuple>
+#include <utility>
+
+namespace qkv {
+
+template <class X>
+class transpose_expr
+    : public detail::node<value_type_t<X>, detail::bare_t<X>::static_cols, detail::bare_t<X>::static_rows> {
+ public:
+  template <class A>
+  explicit transpose_expr(A&& a) : arg_(std::forward<A>(a)) {}
+
+  std::size_t rows() const { return arg_.cols(); }
+  std::size_t cols() const { return arg_.rows(); }
+  const detail::bare_t<X>& arg() const { return arg_; }
+  auto operands() const { return std::tie(arg_); }
+
+ private:
+  X arg_;
+};
+
+template <expression X>
+auto transpose(X&& x) {
+  return transpose_expr<detail::closure_t<X&&>>(std::forward<X>(x));
+}
+
+}  // namespace qkv

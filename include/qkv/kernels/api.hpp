@@ -1,0 +1,39 @@
+// The compiled kernels, as plain functions on pointers and strides. Each call
+// runs the instantiation for the best instruction set this CPU has (src/).
+#pragma once
+
+#include "strided.hpp"
+
+#include <cstddef>
+
+namespace qkv::kernels {
+
+// c = a · b, with c row-major (row stride ldc); a and b may have any strides.
+void gemm(strided<const float> a, strided<const float> b, float* c, std::ptrdiff_t ldc);
+void gemm(strided<const double> a, strided<const double> b, double* c, std::ptrdiff_t ldc);
+
+// Each row of x replaced by its softmax; a row of −∞ becomes zeros, a row
+// holding a NaN becomes NaN.
+void softmax_rows(strided<float> x);
+void softmax_rows(strided<double> x);
+
+// x ← x · s and x ← x / s.
+void multiply(strided<float> x, float s);
+void multiply(strided<double> x, double s);
+void divide(strided<float> x, float s);
+void divide(strided<double> x, double s);
+
+// x ← x + y and x ← x − y.
+void add(strided<float> x, strided<const float> y);
+void add(strided<double> x, strided<const double> y);
+void subtract(strided<float> x, strided<const float> y);
+void subtract(strided<double> x, strided<const double> y);
+
+// dst ← src.
+void copy(strided<const float> src, strided<float> dst);
+void copy(strided<const double> src, strided<double> dst);
+
+// The instruction set the kernels run on: "avx512bw", "fma3<avx2>", "sse2", "neon64".
+const char* active_arch() noexcept;
+
+}  // namespace qkv::kernels

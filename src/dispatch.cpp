@@ -1,0 +1,106 @@
+// Picks the kernels of the best instruction set this CPU has, once, and
+// forwards each call of qkv/kernels/api.hpp to them. QKV_ARCH=avx512bw|avx2|
+// sse2|neon64 forces one (for tests and benchmarks); forcing one the CPU
+// lacks is an error, never a silent fallback.
+#include "kernel_table.hpp"
+
+#include <qkv/kernels/api.hpp>
+#include <qkv/storage/aligned_buffer.hpp>
+
+#include <xsimd/config/xsimd_config.hpp>
+#include <xsimd/config/xsimd_cpuid.hpp>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+namespace qkv::kernels {
+namespace {
+
+struct candidate {
+  const char* env_name;
+  const kernel_table* table;
+  bool supported;
+};
+
+const kernel_table& choose() {
+  const auto cpu = xsimd::available_architectures();
+  const candidate candidates[] = {
+      // best first
+      {"avx512bw", avx512bw_table, cpu.avx512bw && cpu.avx512dq && cpu.avx512cd && cpu.avx512f},
+      {"avx2", avx2_table, cpu.fma3_avx2 != 0},
+      {"sse2", sse2_table, cpu.sse2 != 0},
+      {"neon64", neon64_table, cpu.neon64 != 0},
+  };
+  const char* forced = std::getenv("QKV_ARCH");
+  if (forced != nullptr && *forced != '\0') {
+    for (const candidate& c : candidates) {
+      if (std::string(forced) != c.env_name) continue;
+      if (c.table == nullptr || !c.supported) {
+        throw std::runtime_error(std::string("qkv: QKV_ARCH=") + forced + ", but this CPU or build has no " + forced);
+      }
+      return *c.table;
+    }
+    throw std::runtime_error(std::string("qkv: QKV_ARCH=") + forced +
+                             " is not one of avx512bw, avx2, sse2, neon64");
+  }
+  for (const candidate& c : candidates) {
+    if (c.table != nullptr && c.supported) return *c.table;
+  }
+  throw std::runtime_error("qkv: no kernel instruction set fits this CPU");
+}
+
+const kernel_table& active() {
+  static const kernel_table& table = choose();
+  return table;
+}
+
+template <class T>
+const kernel_set<T>& set() {
+  if constexpr (sizeof(T) == sizeof(float)) {
+    return active().f32;
+  } else {
+    return active().f64;
+  }
+}
+
+// Packing space for the matrix product, kept per thread and grown on demand.
+template <class T>
+T* workspace(std::size_t elements) {
+  thread_local detail::aligned_buffer<T> buffer;
+  if (buffer.size() < elements) buffer = detail::aligned_buffer<T>(elements, detail::aligned_buffer<T>::uninitialized);
+  return buffer.data();
+}
+
+template <class T>
+void gemm_impl(strided<const T> a, strided<const T> b, T* c, std::ptrdiff_t ldc) {
+  const kernel_set<T>& k = set<T>();
+  k.gemm(a, b, c, ldc, workspace<T>(k.gemm_workspace(a.rows, b.cols, a.cols)));
+}
+
+}  // namespace
+
+void gemm(strided<const float> a, strided<const float> b, float* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
+void gemm(strided<const double> a, strided<const double> b, double* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
+void softmax_rows(strided<float> x) { set<float>().softmax_rows(x); }
+void softmax_rows(strided<double> x) { set<double>().softmax_rows(x); }
+void multiply(strided<float> x, float s) { set<float>().multiply(x, s); }
+void multiply(strided<double> x, double s) { set<double>().multiply(x, s); }
+void divide(strided<float> x, float s) { set<float>().divide(x, s); }
+void divide(strided<double> x, double s) { set<double>().divide(x, s); }
+void add(strided<float> x, strided<const float> y) { set<float>().add(x, y); }
+void add(strided<double> x, strided<const double> y) { set<double>().add(x, y); }
+void subtract(strided<float> x, strided<const float> y) { set<float>().subtract(x, y); }
+void subtract(strided<double> x, strided<const double> y) { set<double>().subtract(x, y); }
+void copy(strided<const float> src, strided<float> dst) { set<float>().copy(src, dst); }
+void copy(strided<const double> src, strided<double> dst) { set<double>().copy(src, dst); }
+
+const char* active_arch() noexcept {
+  try {
+    return active().name;
+  } catch (...) {
+    return "none";
+  }
+}
+
+}  // namespace qkv::kernels

@@ -1,0 +1,37 @@
+// One instruction set's kernels as a table of plain function pointers. Each
+// src/arch_*.cpp fills one, compiled with that instruction set's flags;
+// dispatch.cpp picks a table once, at first use.
+#pragma once
+
+#include <qkv/kernels/strided.hpp>
+
+#include <cstddef>
+
+namespace qkv::kernels {
+
+template <class T>
+struct kernel_set {
+  std::size_t (*gemm_workspace)(std::size_t m, std::size_t n, std::size_t k);
+  void (*gemm)(strided<const T> a, strided<const T> b, T* c, std::ptrdiff_t ldc, T* work);
+  void (*softmax_rows)(strided<T> x);
+  void (*multiply)(strided<T> x, T s);
+  void (*divide)(strided<T> x, T s);
+  void (*add)(strided<T> x, strided<const T> y);
+  void (*subtract)(strided<T> x, strided<const T> y);
+  void (*copy)(strided<const T> src, strided<T> dst);
+};
+
+struct kernel_table {
+  const char* name;
+  kernel_set<float> f32;
+  kernel_set<double> f64;
+};
+
+// Defined by the arch_*.cpp files built for this target; null where the CPU
+// family has no such instruction set.
+extern const kernel_table* const avx512bw_table;
+extern const kernel_table* const avx2_table;
+extern const kernel_table* const sse2_table;
+extern const kernel_table* const neon64_table;
+
+}  // namespace qkv::kernels
