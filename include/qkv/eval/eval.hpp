@@ -77,8 +77,8 @@ template <class Dst, class E>
   requires leaf<Dst> && expression<E>
 void eval_into(Dst&& dst, const E& e, naive_t) {
   using D = detail::bare_t<Dst>;
-  static_assert(extents_agree(D::static_rows, E::static_rows), "qkv: eval_into(dst, e): the rows of dst differ from the rows of e");
-  static_assert(extents_agree(D::static_cols, E::static_cols), "qkv: eval_into(dst, e): the columns of dst differ from the columns of e");
+  static_assert(static_extents_agree<D::static_rows, E::static_rows>, "qkv: eval_into(dst, e): the rows of dst differ from the rows of e");
+  static_assert(static_extents_agree<D::static_cols, E::static_cols>, "qkv: eval_into(dst, e): the columns of dst differ from the columns of e");
   static_assert(std::is_same_v<value_type_t<D>, value_type_t<E>>, "qkv: eval_into(dst, e): dst and e have different element types");
   static_assert(!std::is_const_v<std::remove_pointer_t<decltype(dst.data())>>, "qkv: eval_into(dst, e): dst is read-only");
   detail::check_destination(dst.rows(), dst.cols(), e);

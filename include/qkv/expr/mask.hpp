@@ -39,8 +39,8 @@ class masked_expr
   static_assert(element<value_type_t<S>>, "qkv: masked(S, M): S must be a float or double matrix");
   static_assert(std::is_same_v<value_type_t<M>, bool> && leaf<m_t>,
                 "qkv: masked(S, M): M must be a matrix or matrix_view of bool");
-  static_assert(extents_agree(s_t::static_rows, m_t::static_rows), "qkv: masked(S, M): the rows of S differ from the rows of M");
-  static_assert(extents_agree(s_t::static_cols, m_t::static_cols), "qkv: masked(S, M): the columns of S differ from the columns of M");
+  static_assert(static_extents_agree<s_t::static_rows, m_t::static_rows>, "qkv: masked(S, M): the rows of S differ from the rows of M");
+  static_assert(static_extents_agree<s_t::static_cols, m_t::static_cols>, "qkv: masked(S, M): the columns of S differ from the columns of M");
 
  public:
   template <class A, class B>

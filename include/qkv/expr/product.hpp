@@ -17,7 +17,7 @@ class product_expr
   using b_t = detail::bare_t<B>;
   static_assert(element<value_type_t<A>>, "qkv: A * B: A must be a float or double matrix (bool is for masks)");
   static_assert(std::is_same_v<value_type_t<A>, value_type_t<B>>, "qkv: A * B: A and B have different element types");
-  static_assert(extents_agree(a_t::static_cols, b_t::static_rows), "qkv: A * B: the columns of A differ from the rows of B");
+  static_assert(static_extents_agree<a_t::static_cols, b_t::static_rows>, "qkv: A * B: the columns of A differ from the rows of B");
 
  public:
   template <class L, class R>

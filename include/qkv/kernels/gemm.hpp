@@ -33,10 +33,15 @@ struct gemm_kernel {
   static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
   static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
 
+  // Elements of the packed A block; rounded up so that the B block after it
+  // starts on a 64-byte boundary too.
+  static constexpr std::size_t packed_a_size(std::size_t m, std::size_t k) {
+    return round_up(round_up(min(m, MC), MR) * min(k, KC), 64 / sizeof(T));
+  }
+
   // Elements of scratch space run() needs for an m×k by k×n product.
   static constexpr std::size_t workspace(std::size_t m, std::size_t n, std::size_t k) {
-    const std::size_t kc = min(k, KC);
-    return round_up(min(m, MC), MR) * kc + round_up(min(n, NC), NR) * kc;
+    return packed_a_size(m, k) + round_up(min(n, NC), NR) * min(k, KC);
   }
 
   // c = a · b. `work` holds workspace(m, n, k) elements, 64-byte aligned.
@@ -49,7 +54,7 @@ struct gemm_kernel {
       return;
     }
     T* packed_a = work;
-    T* packed_b = work + round_up(min(m, MC), MR) * min(k, KC);
+    T* packed_b = work + packed_a_size(m, k);
     for (std::size_t jc = 0; jc < n; jc += NC) {
       const std::size_t nc = min(NC, n - jc);
       for (std::size_t pc = 0; pc < k; pc += KC) {

@@ -1,7 +1,14 @@
 // Extents: the number of rows or columns of a matrix, static or dynamic.
 #pragma once
 
+#include <boost/hana/div.hpp>
+#include <boost/hana/equal.hpp>
 #include <boost/hana/integral_constant.hpp>
+#include <boost/hana/less.hpp>
+#include <boost/hana/minus.hpp>
+#include <boost/hana/mult.hpp>
+#include <boost/hana/not_equal.hpp>
+#include <boost/hana/plus.hpp>
 
 #include <cstddef>
 #include <limits>
@@ -29,6 +36,11 @@ constexpr bool is_static(std::size_t e) noexcept { return e != dyn; }
 constexpr bool extents_agree(std::size_t a, std::size_t b) noexcept {
   return a == b || a == dyn || b == dyn;
 }
+
+// The same, as a variable template: a failed static_assert on it prints the
+// two extents (`static_extents_agree<4, 5>' evaluates to false).
+template <std::size_t A, std::size_t B>
+inline constexpr bool static_extents_agree = extents_agree(A, B);
 
 // The extent two agreeing extents share: the static one if either is.
 constexpr std::size_t common_extent(std::size_t a, std::size_t b) noexcept { return a == dyn ? b : a; }

@@ -55,11 +55,15 @@ class matrix {
   // Evaluates an expression (matrix<float, 8, 4> O = softmax(S) * V;).
   template <expression E>
     requires(!std::is_same_v<std::remove_cvref_t<E>, matrix>)
-  matrix(const E& e) : matrix(e.rows(), e.cols()) {
-    static_assert(extents_agree(R, E::static_rows), "qkv: matrix = e: the row extents differ");
-    static_assert(extents_agree(C, E::static_cols), "qkv: matrix = e: the column extents differ");
+  matrix(const E& e) : matrix(checked_rows(e), e.cols()) {
+    static_assert(static_extents_agree<R, E::static_rows>, "qkv: matrix = e: the row extents differ");
+    static_assert(static_extents_agree<C, E::static_cols>, "qkv: matrix = e: the column extents differ");
     static_assert(std::is_same_v<T, value_type_t<E>>, "qkv: matrix = e: the element types differ");
-    eval_into(*this, e);
+    // Only when the checks pass, so that a mismatch is one error, not several.
+    if constexpr (extents_agree(R, E::static_rows) && extents_agree(C, E::static_cols) &&
+                  std::is_same_v<T, value_type_t<E>>) {
+      eval_into(*this, e);
+    }
   }
 
   matrix(const matrix&) = default;
@@ -71,12 +75,14 @@ class matrix {
   template <expression E>
     requires(!std::is_same_v<std::remove_cvref_t<E>, matrix>)
   matrix& operator=(const E& e) {
-    static_assert(extents_agree(R, E::static_rows), "qkv: matrix = e: the row extents differ");
-    static_assert(extents_agree(C, E::static_cols), "qkv: matrix = e: the column extents differ");
-    if (e.rows() == rows() && e.cols() == cols()) {
-      eval_into(*this, e);
-    } else {
-      *this = matrix(e);
+    static_assert(static_extents_agree<R, E::static_rows>, "qkv: matrix = e: the row extents differ");
+    static_assert(static_extents_agree<C, E::static_cols>, "qkv: matrix = e: the column extents differ");
+    if constexpr (extents_agree(R, E::static_rows) && extents_agree(C, E::static_cols)) {
+      if (e.rows() == rows() && e.cols() == cols()) {
+        eval_into(*this, e);
+      } else {
+        *this = matrix(e);
+      }
     }
     return *this;
   }
@@ -99,6 +105,21 @@ class matrix {
   template <std::size_t N0, std::size_t...>
   static constexpr std::size_t first_of() {
     return N0;
+  }
+
+  // e's rows, after checking e's extents against the static ones of this type.
+  template <class E>
+  static std::size_t checked_rows(const E& e) {
+    if ((is_static(R) && R != e.rows()) || (is_static(C) && C != e.cols())) {
+      throw shape_error("qkv: matrix = e: the shapes differ (" + type_shape() + " vs " +
+                        detail::shape_string(e.rows(), e.cols()) + ")");
+    }
+    return e.rows();
+  }
+
+  static std::string type_shape() {
+    return (is_static(R) ? std::to_string(R) : std::string("dyn")) + "x" +
+           (is_static(C) ? std::to_string(C) : std::string("dyn"));
   }
 
   static std::size_t checked_size(std::size_t rows, std::size_t cols) {

@@ -49,8 +49,8 @@ class matrix_view {
              std::is_convertible_v<decltype(std::declval<L&>().data()), T*>)
   matrix_view(L&& m) : matrix_view(m.data(), m.rows(), m.cols(), m.row_stride()) {
     using M = std::remove_cvref_t<L>;
-    static_assert(extents_agree(R, M::static_rows), "qkv: matrix_view of a matrix: the row extents differ");
-    static_assert(extents_agree(C, M::static_cols), "qkv: matrix_view of a matrix: the column extents differ");
+    static_assert(static_extents_agree<R, M::static_rows>, "qkv: matrix_view of a matrix: the row extents differ");
+    static_assert(static_extents_agree<C, M::static_cols>, "qkv: matrix_view of a matrix: the column extents differ");
   }
 
   T& operator()(std::size_t i, std::size_t j) const noexcept { return ptr_[i * stride_ + j]; }

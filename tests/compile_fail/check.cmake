@@ -1,0 +1,31 @@
+# Runs one compile-fail case: the file must compile without QKV_EXPECT_FAIL
+# (so the failure is the intended line's, not a typo's) and fail with it,
+# with exactly one error, whose text contains EXPECT (a regex), and with
+# EXTENTS (a regex, optional) somewhere in the diagnostic.
+# Arguments: -DCXX=... -DSOURCE=... -DINCLUDES="a;b" -DEXPECT=... [-DEXTENTS=...]
+set(flags -std=c++20 -fsyntax-only)
+foreach(dir IN LISTS INCLUDES)
+  list(APPEND flags -I${dir})
+endforeach()
+
+execute_process(COMMAND ${CXX} ${flags} ${SOURCE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the control (without QKV_EXPECT_FAIL) does not compile:\n${out}")
+endif()
+
+execute_process(COMMAND ${CXX} ${flags} -DQKV_EXPECT_FAIL ${SOURCE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(rc EQUAL 0)
+  message(FATAL_ERROR "compiled, but must not")
+endif()
+string(REGEX MATCHALL "[^\n]*error:[^\n]*" errors "${out}")
+list(LENGTH errors count)
+if(NOT count EQUAL 1)
+  message(FATAL_ERROR "expected one error, got ${count}:\n${out}")
+endif()
+if(NOT errors MATCHES "${EXPECT}")
+  message(FATAL_ERROR "the error does not say '${EXPECT}':\n${out}")
+endif()
+if(DEFINED EXTENTS AND NOT out MATCHES "${EXTENTS}")
+  message(FATAL_ERROR "the diagnostic does not name the extents '${EXTENTS}':\n${out}")
+endif()
+message(STATUS "ok: ${errors}")

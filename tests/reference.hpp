@@ -1,0 +1,199 @@
+// A high-precision reference for the tests, and the error bounds the library
+// is held to. The reference computes in long double (at least the 53 bits of
+// float64; 64 bits on x86-64), so its own error is negligible against a
+// float result and small against a double one.
+#pragma once
+
+#include <qkv/qkv.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+namespace ref {
+
+using real = long double;
+
+struct mat {
+  std::size_t rows = 0, cols = 0;
+  std::vector<real> v;
+  mat() = default;
+  mat(std::size_t r, std::size_t c) : rows(r), cols(c), v(r * c, 0) {}
+  real& operator()(std::size_t i, std::size_t j) { return v[i * cols + j]; }
+  real operator()(std::size_t i, std::size_t j) const { return v[i * cols + j]; }
+};
+
+// Anything with rows(), cols() and (i, j): a qkv matrix or view.
+template <class M>
+mat from(const M& m) {
+  mat r(m.rows(), m.cols());
+  for (std::size_t i = 0; i < r.rows; ++i)
+    for (std::size_t j = 0; j < r.cols; ++j) r(i, j) = static_cast<real>(m(i, j));
+  return r;
+}
+
+inline mat transpose(const mat& a) {
+  mat r(a.cols, a.rows);
+  for (std::size_t i = 0; i < a.rows; ++i)
+    for (std::size_t j = 0; j < a.cols; ++j) r(j, i) = a(i, j);
+  return r;
+}
+
+inline mat abs(const mat& a) {
+  mat r = a;
+  for (real& x : r.v) x = std::fabs(x);
+  return r;
+}
+
+inline mat matmul(const mat& a, const mat& b) {
+  mat r(a.rows, b.cols);
+  for (std::size_t i = 0; i < a.rows; ++i)
+    for (std::size_t p = 0; p < a.cols; ++p)
+      for (std::size_t j = 0; j < b.cols; ++j) r(i, j) += a(i, p) * b(p, j);
+  return r;
+}
+
+inline mat scale(mat a, real s) {
+  for (real& x : a.v) x *= s;
+  return a;
+}
+
+// Row softmax; a row with no finite entry becomes zeros.
+inline mat softmax(const mat& s) {
+  mat r(s.rows, s.cols);
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    real mx = -std::numeric_limits<real>::infinity();
+    for (std::size_t j = 0; j < s.cols; ++j) mx = std::fmax(mx, s(i, j));
+    if (std::isinf(mx) && mx < 0) continue;
+    real sum = 0;
+    for (std::size_t j = 0; j < s.cols; ++j) sum += (r(i, j) = std::exp(s(i, j) - mx));
+    for (std::size_t j = 0; j < s.cols; ++j) r(i, j) /= sum;
+  }
+  return r;
+}
+
+inline mat causal(mat s) {
+  const auto n = static_cast<std::ptrdiff_t>(s.rows), m = static_cast<std::ptrdiff_t>(s.cols);
+  for (std::ptrdiff_t i = 0; i < n; ++i)
+    for (std::ptrdiff_t j = 0; j < m; ++j)
+      if (j > i + (m - n)) s(std::size_t(i), std::size_t(j)) = -std::numeric_limits<real>::infinity();
+  return s;
+}
+
+template <class M>
+mat masked(mat s, const M& keep) {
+  for (std::size_t i = 0; i < s.rows; ++i)
+    for (std::size_t j = 0; j < s.cols; ++j)
+      if (!keep(i, j)) s(i, j) = -std::numeric_limits<real>::infinity();
+  return s;
+}
+
+// Unit roundoff of T: half its machine epsilon.
+template <class T>
+constexpr real unit_roundoff = static_cast<real>(std::numeric_limits<T>::epsilon()) / 2;
+
+// The smallest normal number of T.
+template <class T>
+constexpr real tiny = static_cast<real>(std::numeric_limits<T>::min());
+
+// γ_k = k·u / (1 − k·u): the relative error bound of a k-term sum or dot
+// product in precision T, whatever the order of summation (Higham, §3.1).
+template <class T>
+real gamma(std::size_t k) {
+  const real ku = static_cast<real>(k) * unit_roundoff<T>;
+  return ku / (1 - ku);
+}
+
+// Bound on |fl(A·B) − A·B| elementwise: γ_k · (|A|·|B|).
+template <class T>
+mat gemm_bound(const mat& a, const mat& b) {
+  return scale(matmul(abs(a), abs(b)), gamma<T>(a.cols));
+}
+
+// Bound on |fl(softmax(S)) − softmax(S)| elementwise, S exact in T. Per
+// element: the subtraction of the row maximum rounds by u·|s − max|; exp is
+// within 2 ulp (xsimd's is 1.5), i.e. 4u; the m-term sum γ_m; the division u.
+// Weights below the smallest normal number of T may flush to zero (xsimd's
+// exp does, below e^−88 in float): an absolute term of that size covers them.
+template <class T>
+mat softmax_bound(const mat& s, const mat& p) {
+  const real u = unit_roundoff<T>;
+  mat r(s.rows, s.cols);
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    real mx = -std::numeric_limits<real>::infinity();
+    for (std::size_t j = 0; j < s.cols; ++j) mx = std::fmax(mx, s(i, j));
+    for (std::size_t j = 0; j < s.cols; ++j) {
+      r(i, j) = p(i, j) * (u * std::fabs(s(i, j) - mx) + 5 * u + gamma<T>(s.cols)) + tiny<T>;
+    }
+  }
+  return r;
+}
+
+// Bound on the error of softmax(scale · Q Kᵀ [masked]) V computed in T, from
+// the exact weights P. The score s_ij carries an absolute error
+// e_ij ≤ γ_dk (|Q||K|ᵀ)_ij·scale + 2u|s_ij| (the product, then the scaling and
+// the rounding of the scale itself). A weight p_ij = exp(s_ij)/Σ_k exp(s_ik)
+// then moves by the relative amount |e_ij| + max_k |e_ik| ≤ 2·max_k e_ik, on top of
+// the softmax's own rounding (softmax_bound). The product with V adds γ_m.
+// To first order:
+//   |ΔO_il| ≤ Σ_j p_ij (2·max_k e_ik + u|s_ij − max_k s_ik| + 5u + 2γ_m) |V_jl|.
+// (plus tiny·|V_jl| per weight, for weights that flush to zero). The tests
+// allow twice this, for second-order terms.
+template <class T>
+mat attention_bound(const mat& q, const mat& k, const mat& v, real scale_factor, const mat& scores, const mat& p) {
+  const real u = unit_roundoff<T>;
+  const mat qk_abs = scale(matmul(abs(q), transpose(abs(k))), scale_factor);
+  mat r(q.rows, v.cols);
+  for (std::size_t i = 0; i < q.rows; ++i) {
+    real emax = 0, smax = -std::numeric_limits<real>::infinity();
+    for (std::size_t j = 0; j < k.rows; ++j) {
+      if (p(i, j) == 0) continue;
+      emax = std::fmax(emax, gamma<T>(q.cols) * qk_abs(i, j) + 2 * u * std::fabs(scores(i, j)));
+      smax = std::fmax(smax, scores(i, j));
+    }
+    for (std::size_t j = 0; j < k.rows; ++j) {
+      if (p(i, j) == 0) continue;
+      const real rel = 2 * emax + u * std::fabs(scores(i, j) - smax) + 5 * u + 2 * gamma<T>(k.rows);
+      for (std::size_t l = 0; l < v.cols; ++l) r(i, l) += (p(i, j) * rel + tiny<T>) * std::fabs(v(j, l));
+    }
+  }
+  return scale(r, 2);
+}
+
+// Uniform values in [lo, hi], the same on every platform (std's
+// distributions are not).
+class rng {
+ public:
+  explicit rng(std::uint32_t seed) : gen_(seed) {}
+  double uniform(double lo, double hi) { return lo + (hi - lo) * (static_cast<double>(gen_()) / 4294967295.0); }
+  bool coin(double p_true) { return uniform(0, 1) < p_true; }
+
+  template <class M>
+  void fill(M& m, double lo = -1, double hi = 1) {
+    for (std::size_t i = 0; i < m.rows(); ++i)
+      for (std::size_t j = 0; j < m.cols(); ++j) m(i, j) = static_cast<typename M::value_type>(uniform(lo, hi));
+  }
+
+ private:
+  std::mt19937 gen_;
+};
+
+// Largest |got − want| / bound over the elements (0 where both are 0);
+// a result within its bound scores at most 1.
+template <class M>
+real worst_ratio(const M& got, const mat& want, const mat& bound) {
+  real worst = 0;
+  for (std::size_t i = 0; i < want.rows; ++i)
+    for (std::size_t j = 0; j < want.cols; ++j) {
+      const real err = std::fabs(static_cast<real>(got(i, j)) - want(i, j));
+      if (std::isnan(err)) return std::numeric_limits<real>::infinity();
+      if (err == 0) continue;
+      worst = std::fmax(worst, bound(i, j) > 0 ? err / bound(i, j) : std::numeric_limits<real>::infinity());
+    }
+  return worst;
+}
+
+}  // namespace ref
