@@ -7,8 +7,6 @@
 #include <qkv/kernels/api.hpp>
 #include <qkv/storage/aligned_buffer.hpp>
 
-#include <xsimd/config/xsimd_config.hpp>
-#include <xsimd/config/xsimd_cpuid.hpp>
 
 #include <cstdlib>
 #include <stdexcept>
@@ -23,14 +21,36 @@ struct candidate {
   bool supported;
 };
 
+// What the CPU and the OS support. Not xsimd::available_architectures():
+// xsimd 8.1 reads SSE2 from the XSAVE bit and AVX from the wrong CPUID leaf,
+// and checks no OS support, so it finds no SSE2 on a Nehalem. The compiler's
+// own check reads the right bits and the OS-enabled register state (XGETBV).
+struct cpu_features {
+  bool avx512bw = false, avx2_fma = false, sse2 = false, neon64 = false;
+};
+
+cpu_features detect() {
+  cpu_features f;
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  f.sse2 = true;  // part of x86-64
+  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  f.avx512bw = f.avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+#elif defined(__aarch64__)
+  f.neon64 = true;  // part of AArch64
+#endif
+  return f;
+}
+
 const kernel_table& choose() {
-  const auto cpu = xsimd::available_architectures();
+  const cpu_features cpu = detect();
   const candidate candidates[] = {
       // best first
-      {"avx512bw", avx512bw_table, cpu.avx512bw && cpu.avx512dq && cpu.avx512cd && cpu.avx512f},
-      {"avx2", avx2_table, cpu.fma3_avx2 != 0},
-      {"sse2", sse2_table, cpu.sse2 != 0},
-      {"neon64", neon64_table, cpu.neon64 != 0},
+      {"avx512bw", avx512bw_table, cpu.avx512bw},
+      {"avx2", avx2_table, cpu.avx2_fma},
+      {"sse2", sse2_table, cpu.sse2},
+      {"neon64", neon64_table, cpu.neon64},
   };
   const char* forced = std::getenv("QKV_ARCH");
   if (forced != nullptr && *forced != '\0') {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12 packages), builds, and runs either the
+# worked example or the whole test suite.
+#   tools/quickstart.sh example    build and run examples/worked_example
+#   tools/quickstart.sh test       build and run every test (what CI runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+what=${1:-}
+case "$what" in
+  example | test) ;;
+  *) echo "usage: tools/quickstart.sh example|test" >&2; exit 2 ;;
+esac
+
+packages=(cmake make g++ libxsimd-dev libboost-dev)
+# The tests also need Catch2, and qemu-user to run the dispatch on emulated CPUs.
+[ "$what" = test ] && packages+=(catch2 qemu-user)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "== installing: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+build=${QKV_BUILD_DIR:-build}
+jobs=$(nproc 2>/dev/null || echo 2)
+if [ "$what" = example ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=OFF -DQKV_BUILD_EXAMPLES=ON >/dev/null
+  cmake --build "$build" -j "$jobs" --target worked_example
+  "$build/examples/worked_example"
+else
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
+  cmake --build "$build" -j "$jobs"
+  ctest --test-dir "$build" -j "$jobs" --output-on-failure
+fi
