@@ -34,7 +34,15 @@ if [ "$what" = example ]; then
   cmake --build "$build" -j "$jobs" --target worked_example
   "$build/examples/worked_example"
 else
+  echo "== release build: every test, every instruction set (forced and under qemu)"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
   cmake --build "$build" -j "$jobs"
   ctest --test-dir "$build" -j "$jobs" --output-on-failure
+  echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+  cmake -S . -B "$build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQKV_SANITIZE=ON -DQKV_BUILD_TESTS=ON \
+    -DQKV_BUILD_EXAMPLES=ON >/dev/null
+  cmake --build "$build-sanitize" -j "$jobs" --target qkv_tests worked_example causal_views
+  # qemu runs and compile-fail checks do not depend on the build flags; the release run covers them.
+  ctest --test-dir "$build-sanitize" -j "$jobs" --output-on-failure -LE "qemu|compile_fail" \
+    -E headers_compile_alone
 fi
