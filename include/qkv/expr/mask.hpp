@@ -13,21 +13,11 @@ namespace qkv {
 // Masks S(i, j) where j > i + (m − n): query i sees keys up to its own
 // position, the last query row aligned with the last key (bottom-right).
 template <class S>
-class causal_expr
-    : public detail::node<value_type_t<S>, detail::bare_t<S>::static_rows, detail::bare_t<S>::static_cols> {
+class causal_expr : public detail::same_shape_unary<S> {
   static_assert(element<value_type_t<S>>, "qkv: causal(S): S must be a float or double matrix");
 
  public:
-  template <class A>
-  explicit causal_expr(A&& a) : arg_(std::forward<A>(a)) {}
-
-  std::size_t rows() const { return arg_.rows(); }
-  std::size_t cols() const { return arg_.cols(); }
-  const detail::bare_t<S>& arg() const { return arg_; }
-  auto operands() const { return std::tie(arg_); }
-
- private:
-  S arg_;
+  using detail::same_shape_unary<S>::same_shape_unary;
 };
 
 // Masks S(i, j) where M(i, j) is false.

@@ -5,6 +5,8 @@
 #include "expression.hpp"
 
 #include <cstddef>
+#include <tuple>
+#include <utility>
 
 namespace qkv::detail {
 
@@ -15,6 +17,22 @@ struct node {
   static constexpr bool qkv_is_view = false;
   static constexpr std::size_t static_rows = R;
   static constexpr std::size_t static_cols = C;
+};
+
+// A node of one operand whose shape it keeps: softmax, causal, scaling.
+template <class X>
+class same_shape_unary : public node<value_type_t<X>, bare_t<X>::static_rows, bare_t<X>::static_cols> {
+ public:
+  template <class A>
+  explicit same_shape_unary(A&& a) : arg_(std::forward<A>(a)) {}
+
+  std::size_t rows() const { return arg_.rows(); }
+  std::size_t cols() const { return arg_.cols(); }
+  const bare_t<X>& arg() const { return arg_; }
+  auto operands() const { return std::tie(arg_); }
+
+ private:
+  X arg_;
 };
 
 }  // namespace qkv::detail

@@ -4,7 +4,6 @@
 #include "node.hpp"
 #include "scalar.hpp"
 
-#include <tuple>
 #include <utility>
 
 namespace qkv {
@@ -12,24 +11,18 @@ namespace qkv {
 enum class scale_op { multiply, divide };
 
 template <class X, class S, scale_op Op>
-class scaled_expr
-    : public detail::node<value_type_t<X>, detail::bare_t<X>::static_rows, detail::bare_t<X>::static_cols> {
+class scaled_expr : public detail::same_shape_unary<X> {
   static_assert(element<value_type_t<X>>, "qkv: X * s, X / s: X must be a float or double matrix (bool is for masks)");
 
  public:
   static constexpr scale_op op = Op;
 
   template <class A>
-  scaled_expr(A&& a, S s) : arg_(std::forward<A>(a)), s_(s) {}
+  scaled_expr(A&& a, S s) : detail::same_shape_unary<X>(std::forward<A>(a)), s_(s) {}
 
-  std::size_t rows() const { return arg_.rows(); }
-  std::size_t cols() const { return arg_.cols(); }
-  const detail::bare_t<X>& arg() const { return arg_; }
   const S& factor() const { return s_; }
-  auto operands() const { return std::tie(arg_); }
 
  private:
-  X arg_;
   [[no_unique_address]] S s_;
 };
 
