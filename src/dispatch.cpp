@@ -98,8 +98,17 @@ void gemm_impl(strided<const T> a, strided<const T> b, T* c, std::ptrdiff_t ldc)
   k.gemm(a, b, c, ldc, workspace<T>(k.gemm_workspace(a.rows, b.cols, a.cols)));
 }
 
+template <class T>
+void attention_impl(const attention_problem<T>& problem) {
+  const kernel_set<T>& k = set<T>();
+  k.attention(problem, workspace<T>(k.attention_workspace(problem.q.rows, problem.k.rows, problem.q.cols,
+                                                          problem.v.cols)));
+}
+
 }  // namespace
 
+void attention(const attention_problem<float>& problem) { attention_impl(problem); }
+void attention(const attention_problem<double>& problem) { attention_impl(problem); }
 void gemm(strided<const float> a, strided<const float> b, float* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
 void gemm(strided<const double> a, strided<const double> b, double* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
 void softmax_rows(strided<float> x) { set<float>().softmax_rows(x); }

@@ -3,6 +3,7 @@
 // dispatch.cpp picks a table once, at first use.
 #pragma once
 
+#include <qkv/kernels/attention_problem.hpp>
 #include <qkv/kernels/strided.hpp>
 
 #include <cstddef>
@@ -19,6 +20,8 @@ struct kernel_set {
   void (*add)(strided<T> x, strided<const T> y);
   void (*subtract)(strided<T> x, strided<const T> y);
   void (*copy)(strided<const T> src, strided<T> dst);
+  std::size_t (*attention_workspace)(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv);
+  void (*attention)(const attention_problem<T>& problem, T* work);
 };
 
 struct kernel_table {

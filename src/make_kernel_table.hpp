@@ -4,6 +4,7 @@
 
 #include "kernel_table.hpp"
 
+#include <qkv/kernels/attention.hpp>
 #include <qkv/kernels/elementwise.hpp>
 #include <qkv/kernels/gemm.hpp>
 #include <qkv/kernels/softmax.hpp>
@@ -14,8 +15,9 @@ template <class Arch, class T>
 constexpr kernel_set<T> make_kernel_set() {
   using g = gemm_kernel<Arch, T>;
   using e = elementwise_kernel<Arch, T>;
-  return {&g::workspace,  &g::run,       &softmax_kernel<Arch, T>::run, &e::multiply, &e::divide,
-          &e::add,        &e::subtract,  &e::copy};
+  using at = attention_kernel<Arch, T>;
+  return {&g::workspace, &g::run,      &softmax_kernel<Arch, T>::run, &e::multiply, &e::divide, &e::add,
+          &e::subtract,  &e::copy,     &at::workspace,                &at::run};
 }
 
 template <class Arch>

@@ -104,69 +104,105 @@ TEST_CASE("softmax: masked rows become zeros and NaN poisons only its row", "[at
 
 namespace {
 
-enum class mask_kind { none, causal, random, empty_rows };
+enum class variant { plain, causal, random_mask, empty_rows, block_sparse, bias, bias_causal };
 
-// Builds Q, K, V (and a mask), evaluates softmax(Q Kᵀ / √dk [masked]) V
-// naively, and compares with the reference within attention_bound.
+const char* name(variant v) {
+  const char* names[] = {"plain", "causal", "random mask", "empty rows", "block-sparse mask", "bias", "bias + causal"};
+  return names[int(v)];
+}
+
+// Builds Q, K, V (a mask, a bias), evaluates softmax(Q Kᵀ / √dk ...) V naive
+// and fused, and holds both to the reference within attention_bound. The
+// fused result must also be about as accurate as the naive one: its error at
+// most twice the naive error (FlashAttention's criterion). Below 8 units of
+// roundoff of the largest output the comparison is between rounding noises
+// (the final division, the exps and the last additions cost a few ulps in
+// either order of evaluation), so that is the floor.
 template <class T>
-void check_attention(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv, mask_kind mk, double score_range,
+void check_attention(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv, variant var, double score_range,
                      std::uint32_t seed) {
   ref::rng rng(seed);
-  matrix<T, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv);
+  matrix<T, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv), B(n, m);
   // Entries of size a give scores of size about a²·√dk; pick a for the range.
   const double a = std::sqrt(score_range / std::sqrt(double(dk)));
   rng.fill(Q, -a, a);
   rng.fill(K, -a, a);
   rng.fill(V);
+  rng.fill(B, -2, 2);
   matrix<bool, dyn, dyn> M(n, m);
   for (std::size_t i = 0; i < n; ++i)
-    for (std::size_t j = 0; j < m; ++j) M(i, j) = mk == mask_kind::empty_rows ? (i % 3 != 1 && rng.coin(0.5)) : rng.coin(0.7);
+    for (std::size_t j = 0; j < m; ++j) {
+      switch (var) {
+        case variant::empty_rows: M(i, j) = i % 3 != 1 && rng.coin(0.5); break;
+        // Whole blocks of 256 keys masked for every query: the fused kernel skips them.
+        case variant::block_sparse: M(i, j) = (j / 256) % 2 == 1 || (i % 7 == 0 && j % 256 == 255); break;
+        default: M(i, j) = rng.coin(0.7); break;
+      }
+    }
 
-  const auto q = ref::from(Q), k = ref::from(K), v = ref::from(V);
-  const ref::real rscale = 1 / std::sqrt(static_cast<ref::real>(static_cast<T>(dk)));
+  const auto q = ref::from(Q), k = ref::from(K), v = ref::from(V), b = ref::from(B);
+  const T dkt = T(dk);
+  const ref::real rscale = 1 / static_cast<ref::real>(qkv::sqrt(dkt));
   ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), rscale);
-  if (mk == mask_kind::causal) s = ref::causal(s);
-  if (mk == mask_kind::random || mk == mask_kind::empty_rows) s = ref::masked(s, M);
+  if (var == variant::bias || var == variant::bias_causal)
+    for (std::size_t x = 0; x < s.v.size(); ++x) s.v[x] += b.v[x];
+  if (var == variant::causal || var == variant::bias_causal) s = ref::causal(s);
+  if (var == variant::random_mask || var == variant::empty_rows || var == variant::block_sparse) s = ref::masked(s, M);
   const ref::mat p = ref::softmax(s);
   const ref::mat want = ref::matmul(p, v);
   const ref::mat bound = ref::attention_bound<T>(q, k, v, rscale, s, p);
 
-  const T dkt = T(dk);
-  matrix<T, dyn, dyn> got;
-  switch (mk) {
-    case mask_kind::none: got = softmax(Q * transpose(K) / sqrt(dkt)) * V; break;
-    case mask_kind::causal: got = softmax(causal(Q * transpose(K) / sqrt(dkt))) * V; break;
-    default: got = softmax(masked(Q * transpose(K) / sqrt(dkt), M)) * V; break;
-  }
-  INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", mask " << int(mk) << ", scores ~"
-              << score_range << ", kernels " << active_arch());
-  REQUIRE(got.rows() == n);
-  REQUIRE(got.cols() == dv);
-  CHECK(ref::worst_ratio(got, want, bound) <= 1);
-  if (mk == mask_kind::empty_rows) {
+  auto run = [&](auto strategy) {
+    switch (var) {
+      case variant::plain: return eval(softmax(Q * transpose(K) / sqrt(dkt)) * V, strategy);
+      case variant::causal: return eval(softmax(causal(Q * transpose(K) / sqrt(dkt))) * V, strategy);
+      case variant::bias: return eval(softmax(Q * transpose(K) / sqrt(dkt) + B) * V, strategy);
+      case variant::bias_causal: return eval(softmax(causal(B + Q * transpose(K) / sqrt(dkt))) * V, strategy);
+      default: return eval(softmax(masked(Q * transpose(K) / sqrt(dkt), M)) * V, strategy);
+    }
+  };
+  const auto got_naive = run(naive);
+  const auto got_fused = run(fused);
+
+  INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << name(var) << ", scores ~"
+              << score_range << ", " << (sizeof(T) == 4 ? "float" : "double") << ", kernels " << active_arch());
+  REQUIRE(got_fused.rows() == n);
+  REQUIRE(got_fused.cols() == dv);
+  CHECK(ref::worst_ratio(got_naive, want, bound) <= 1);
+  CHECK(ref::worst_ratio(got_fused, want, bound) <= 1);
+  const ref::real floor = 8 * ref::unit_roundoff<T> * ref::max_abs(want);
+  CHECK(ref::max_error(got_fused, want) <= 2 * std::fmax(ref::max_error(got_naive, want), floor));
+  if (var == variant::empty_rows) {
     for (std::size_t i = 1; i < n; i += 3)
-      for (std::size_t l = 0; l < dv; ++l) CHECK(got(i, l) == T(0));
+      for (std::size_t l = 0; l < dv; ++l) CHECK(got_fused(i, l) == T(0));
   }
 }
 
 }  // namespace
 
 TEST_CASE("attention matches the reference over tails and n ≠ m and dk ≠ dv and masks", "[attention]") {
+  // Sizes around the vector width (4 to 16), the register tile (MR = 4 to 8,
+  // NR = 8 to 32), the query block (64 or 66) and the key block (256); n ≤ 4
+  // takes the decoding path.
   const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>({
-      {1, 1, 1, 1},     {1, 3, 2, 2},     {3, 1, 2, 5},      {17, 17, 16, 16},  {63, 65, 64, 64},  {65, 63, 64, 17},
-      {1, 129, 64, 64}, {129, 3, 17, 65}, {33, 129, 63, 1},  {7, 300, 5, 129},  {129, 129, 128, 64}, {2, 1000, 64, 32},
+      {1, 1, 1, 1},     {1, 3, 2, 2},     {3, 1, 2, 5},       {4, 300, 64, 64},    {5, 7, 3, 3},
+      {17, 17, 16, 16}, {63, 65, 64, 64}, {65, 63, 64, 17},   {1, 129, 64, 64},    {129, 3, 17, 65},
+      {33, 129, 63, 1}, {7, 300, 5, 129}, {129, 129, 128, 64}, {2, 1000, 64, 32},  {67, 257, 33, 40},
+      {130, 513, 64, 64}, {200, 100, 8, 8},
   }));
-  for (mask_kind mk : {mask_kind::none, mask_kind::causal, mask_kind::random, mask_kind::empty_rows}) {
-    check_attention<float>(n, m, dk, dv, mk, 3.0, std::uint32_t(n * 7 + m));
-    check_attention<double>(n, m, dk, dv, mk, 3.0, std::uint32_t(n * 11 + m));
+  for (variant var : {variant::plain, variant::causal, variant::random_mask, variant::empty_rows,
+                      variant::block_sparse, variant::bias, variant::bias_causal}) {
+    check_attention<float>(n, m, dk, dv, var, 3.0, std::uint32_t(n * 7 + m));
+    check_attention<double>(n, m, dk, dv, var, 3.0, std::uint32_t(n * 11 + m));
   }
 }
 
 TEST_CASE("attention with extreme scores stays finite and accurate", "[attention]") {
   for (double range : {30.0, 300.0, 1e4}) {
-    check_attention<float>(33, 70, 64, 19, mask_kind::none, range, 9);
-    check_attention<float>(33, 70, 64, 19, mask_kind::causal, range, 10);
-    check_attention<double>(33, 70, 64, 19, mask_kind::random, range, 11);
+    check_attention<float>(70, 300, 64, 19, variant::plain, range, 9);
+    check_attention<float>(70, 300, 64, 19, variant::causal, range, 10);
+    check_attention<float>(3, 300, 64, 19, variant::plain, range, 12);
+    check_attention<double>(70, 300, 64, 19, variant::random_mask, range, 11);
   }
 }
 
@@ -221,7 +257,7 @@ TEST_CASE("attention over strided views of user memory into a strided view", "[a
     for (std::size_t j = d; j < 2 * d; ++j) REQUIRE(out[i * 2 * d + j] == 42.0f);
 }
 
-TEST_CASE("static and dynamic shapes give identical results", "[attention]") {
+TEST_CASE("static and dynamic shapes give identical results with either strategy", "[attention]") {
   matrix<float, 20, 16> Q;
   matrix<float, 30, 16> K;
   matrix<float, 30, 8> V;
@@ -229,11 +265,16 @@ TEST_CASE("static and dynamic shapes give identical results", "[attention]") {
   rng.fill(Q);
   rng.fill(K);
   rng.fill(V);
-  const matrix<float, 20, 8> Os = softmax(Q * transpose(K) / sqrt(dim<16>)) * V;
   matrix<float, dyn, dyn> Qd = Q, Kd = K, Vd = V;
-  const auto Od = eval(softmax(Qd * transpose(Kd) / sqrt(16.0f)) * Vd, naive);
+  const matrix<float, 20, 8> Os = softmax(Q * transpose(K) / sqrt(dim<16>)) * V;
+  const auto Od = eval(softmax(Qd * transpose(Kd) / sqrt(16.0f)) * Vd);
+  const auto Osn = eval(softmax(Q * transpose(K) / sqrt(dim<16>)) * V, naive);
+  const auto Odn = eval(softmax(Qd * transpose(Kd) / sqrt(16.0f)) * Vd, naive);
   for (std::size_t i = 0; i < 20; ++i)
-    for (std::size_t j = 0; j < 8; ++j) REQUIRE(Os(i, j) == Od(i, j));
+    for (std::size_t j = 0; j < 8; ++j) {
+      REQUIRE(Os(i, j) == Od(i, j));
+      REQUIRE(Osn(i, j) == Odn(i, j));
+    }
 }
 
 TEST_CASE("NaN in one query row poisons only that output row", "[attention]") {

@@ -132,10 +132,12 @@ mat softmax_bound(const mat& s, const mat& p) {
   return r;
 }
 
-// Bound on the error of softmax(scale · Q Kᵀ [masked]) V computed in T, from
-// the exact weights P. The score s_ij carries an absolute error
-// e_ij ≤ γ_dk (|Q||K|ᵀ)_ij·scale + 2u|s_ij| (the product, then the scaling and
-// the rounding of the scale itself). A weight p_ij = exp(s_ij)/Σ_k exp(s_ik)
+// Bound on the error of softmax(scale · Q Kᵀ [+ B] [masked]) V computed in T,
+// from the exact weights P. The score s_ij carries an absolute error
+// e_ij ≤ γ_dk (|Q||K|ᵀ)_ij·scale + 3u|s_ij| (the product; then the rounding of
+// the scale, of its reciprocal where the kernel multiplies by it, and of the
+// scaling itself, the bias riding in the same fused multiply-add). The fused
+// kernel's online rescaling adds a few u per key block, far below γ_m. A weight p_ij = exp(s_ij)/Σ_k exp(s_ik)
 // then moves by the relative amount |e_ij| + max_k |e_ik| ≤ 2·max_k e_ik, on top of
 // the softmax's own rounding (softmax_bound). The product with V adds γ_m.
 // To first order:
@@ -151,7 +153,7 @@ mat attention_bound(const mat& q, const mat& k, const mat& v, real scale_factor,
     real emax = 0, smax = -std::numeric_limits<real>::infinity();
     for (std::size_t j = 0; j < k.rows; ++j) {
       if (p(i, j) == 0) continue;
-      emax = std::fmax(emax, gamma<T>(q.cols) * qk_abs(i, j) + 2 * u * std::fabs(scores(i, j)));
+      emax = std::fmax(emax, gamma<T>(q.cols) * qk_abs(i, j) + 3 * u * std::fabs(scores(i, j)));
       smax = std::fmax(smax, scores(i, j));
     }
     for (std::size_t j = 0; j < k.rows; ++j) {
@@ -180,6 +182,24 @@ class rng {
  private:
   std::mt19937 gen_;
 };
+
+inline real max_abs(const mat& a) {
+  real r = 0;
+  for (real x : a.v) r = std::fmax(r, std::fabs(x));
+  return r;
+}
+
+template <class M>
+real max_error(const M& got, const mat& want) {
+  real r = 0;
+  for (std::size_t i = 0; i < want.rows; ++i)
+    for (std::size_t j = 0; j < want.cols; ++j) {
+      const real e = std::fabs(static_cast<real>(got(i, j)) - want(i, j));
+      if (std::isnan(e)) return std::numeric_limits<real>::infinity();
+      r = std::fmax(r, e);
+    }
+  return r;
+}
 
 // Largest |got − want| / bound over the elements (0 where both are 0);
 // a result within its bound scores at most 1.

@@ -6,6 +6,7 @@
 #include "../shape/check.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/matrix_view.hpp"
+#include "fused.hpp"
 #include "naive.hpp"
 #include "strategy.hpp"
 
@@ -57,18 +58,60 @@ void check_destination(std::size_t rows, std::size_t cols, const E& e) {
 
 }  // namespace detail
 
-// Evaluates e node by node into a new matrix of e's shape.
-template <expression E>
-result_t<E> eval(const E& e, naive_t) {
+namespace detail {
+
+template <class Policy, class E>
+result_t<E> evaluate(const E& e) {
   result_t<E> out(e.rows(), e.cols());
-  detail::naive_into(e, detail::dense(out.data(), out.rows(), out.cols(), out.row_stride()));
+  node_into<Policy>(e, dense(out.data(), out.rows(), out.cols(), out.row_stride()));
   return out;
 }
 
-// Evaluates e with the best strategy available for it.
+template <class Policy, class Dst, class E>
+void evaluate_into(Dst&& dst, const E& e) {
+  using D = bare_t<Dst>;
+  static_assert(static_extents_agree<D::static_rows, E::static_rows>, "qkv: eval_into(dst, e): the rows of dst differ from the rows of e");
+  static_assert(static_extents_agree<D::static_cols, E::static_cols>, "qkv: eval_into(dst, e): the columns of dst differ from the columns of e");
+  static_assert(std::is_same_v<value_type_t<D>, value_type_t<E>>, "qkv: eval_into(dst, e): dst and e have different element types");
+  static_assert(!std::is_const_v<std::remove_pointer_t<decltype(dst.data())>>, "qkv: eval_into(dst, e): dst is read-only");
+  check_destination(dst.rows(), dst.cols(), e);
+  const auto out = dense(dst.data(), dst.rows(), dst.cols(), dst.row_stride());
+  if (reads_from(e, out)) {
+    const auto tmp = evaluate<Policy>(e);
+    copy_strided(dense(tmp.data(), tmp.rows(), tmp.cols(), tmp.row_stride()), out);
+  } else {
+    node_into<Policy>(e, out);
+  }
+}
+
+template <class E>
+constexpr void require_fused_form() {
+  static_assert(has_fused_form<E>,
+                "qkv: eval(e, qkv::fused): e has no fused form; fused evaluates softmax(S) * V, S being Q * "
+                "transpose(K) scaled, causal, masked or plus a bias");
+}
+
+}  // namespace detail
+
+// Evaluates e with the best strategy: fused where a subexpression has a
+// fused form, node by node elsewhere.
 template <expression E>
 result_t<E> eval(const E& e) {
-  return eval(e, naive);
+  return detail::evaluate<detail::best_policy>(e);
+}
+
+// Evaluates e node by node into a new matrix of e's shape.
+template <expression E>
+result_t<E> eval(const E& e, naive_t) {
+  return detail::evaluate<detail::naive_policy>(e);
+}
+
+// Evaluates e, which must have a fused form, with the fused kernel.
+template <expression E>
+result_t<E> eval(const E& e, fused_t) {
+  detail::require_fused_form<E>();
+  if constexpr (detail::has_fused_form<E>) return detail::evaluate<detail::best_policy>(e);
+  else return result_t<E>();
 }
 
 // Evaluates e into existing storage (a matrix, or a view of mutable memory)
@@ -76,24 +119,20 @@ result_t<E> eval(const E& e) {
 template <class Dst, class E>
   requires leaf<Dst> && expression<E>
 void eval_into(Dst&& dst, const E& e, naive_t) {
-  using D = detail::bare_t<Dst>;
-  static_assert(static_extents_agree<D::static_rows, E::static_rows>, "qkv: eval_into(dst, e): the rows of dst differ from the rows of e");
-  static_assert(static_extents_agree<D::static_cols, E::static_cols>, "qkv: eval_into(dst, e): the columns of dst differ from the columns of e");
-  static_assert(std::is_same_v<value_type_t<D>, value_type_t<E>>, "qkv: eval_into(dst, e): dst and e have different element types");
-  static_assert(!std::is_const_v<std::remove_pointer_t<decltype(dst.data())>>, "qkv: eval_into(dst, e): dst is read-only");
-  detail::check_destination(dst.rows(), dst.cols(), e);
-  const auto out = detail::dense(dst.data(), dst.rows(), dst.cols(), dst.row_stride());
-  if (detail::reads_from(e, out)) {
-    const auto tmp = eval(e, naive);
-    detail::copy_strided(detail::dense(tmp.data(), tmp.rows(), tmp.cols(), tmp.row_stride()), out);
-  } else {
-    detail::naive_into(e, out);
-  }
+  detail::evaluate_into<detail::naive_policy>(std::forward<Dst>(dst), e);
+}
+
+template <class Dst, class E>
+  requires leaf<Dst> && expression<E>
+void eval_into(Dst&& dst, const E& e, fused_t) {
+  detail::require_fused_form<E>();
+  if constexpr (detail::has_fused_form<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
 }
 
 template <class Dst, class E>
 void eval_into(Dst&& dst, const E& e) {
-  eval_into(std::forward<Dst>(dst), e, naive);
+  static_assert(leaf<Dst> && expression<E>, "qkv: eval_into(dst, e): dst must be a matrix or a mutable matrix_view");
+  if constexpr (leaf<Dst> && expression<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
 }
 
 }  // namespace qkv

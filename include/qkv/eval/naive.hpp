@@ -24,7 +24,7 @@ namespace qkv::detail {
 template <class T>
 struct operand {
   aligned_buffer<T> owned;
-  kernels::strided<const T> view;
+  kernels::strided<const T> view{nullptr, 0, 0, 0, 1};
 };
 
 template <class T>
@@ -35,23 +35,34 @@ kernels::strided<T> dense(T* data, std::size_t rows, std::size_t cols, std::size
 template <class E>
 struct naive_evaluator;  // no evaluator: the node is unknown to the naive strategy
 
-template <class E>
-void naive_into(const E& e, kernels::strided<value_type_t<E>> out) {
-  naive_evaluator<E>::into(e, out);
+// A strategy is a policy with `into(e, out)`; evaluators pass it down to
+// their operands, so one set of evaluators serves node-by-node evaluation
+// (naive_policy) and evaluation that fuses what it recognises (eval/fused.hpp).
+template <class Policy, class E>
+void node_into(const E& e, kernels::strided<value_type_t<E>> out) {
+  Policy::into(e, out);
 }
 
-template <class E>
-operand<value_type_t<E>> naive_operand(const E& e) {
-  if constexpr (requires { naive_evaluator<E>::evaluate(e); }) {
-    return naive_evaluator<E>::evaluate(e);
+template <class Policy, class E>
+operand<value_type_t<E>> node_operand(const E& e) {
+  if constexpr (requires { naive_evaluator<E>::template evaluate<Policy>(e); }) {
+    return naive_evaluator<E>::template evaluate<Policy>(e);
   } else {
     using T = value_type_t<E>;
     operand<T> r{aligned_buffer<T>(e.rows() * e.cols(), aligned_buffer<T>::uninitialized), {}};
-    naive_into(e, dense(r.owned.data(), e.rows(), e.cols(), e.cols()));
+    node_into<Policy>(e, dense(r.owned.data(), e.rows(), e.cols(), e.cols()));
     r.view = dense<const T>(r.owned.data(), e.rows(), e.cols(), e.cols());
     return r;
   }
 }
+
+// Every node by its own evaluator.
+struct naive_policy {
+  template <class E>
+  static void into(const E& e, kernels::strided<value_type_t<E>> out) {
+    naive_evaluator<E>::template into<naive_policy>(e, out);
+  }
+};
 
 template <class T>
 void copy_strided(kernels::strided<const T> src, kernels::strided<T> dst) {
@@ -68,28 +79,39 @@ template <class E>
   requires leaf<E>
 struct naive_evaluator<E> {
   using T = value_type_t<E>;
-  static operand<T> evaluate(const E& e) { return {{}, dense<const T>(e.data(), e.rows(), e.cols(), e.row_stride())}; }
-  static void into(const E& e, kernels::strided<T> out) { copy_strided(evaluate(e).view, out); }
+  template <class Policy>
+  static operand<T> evaluate(const E& e) {
+    return {{}, dense<const T>(e.data(), e.rows(), e.cols(), e.row_stride())};
+  }
+  template <class Policy>
+  static void into(const E& e, kernels::strided<T> out) {
+    copy_strided(evaluate<Policy>(e).view, out);
+  }
 };
 
 // transpose: the operand's memory with its strides swapped.
 template <class X>
 struct naive_evaluator<transpose_expr<X>> {
   using T = value_type_t<X>;
+  template <class Policy>
   static operand<T> evaluate(const transpose_expr<X>& e) {
-    operand<T> r = naive_operand(e.arg());
+    operand<T> r = node_operand<Policy>(e.arg());
     r.view = r.view.transposed();
     return r;
   }
-  static void into(const transpose_expr<X>& e, kernels::strided<T> out) { copy_strided(evaluate(e).view, out); }
+  template <class Policy>
+  static void into(const transpose_expr<X>& e, kernels::strided<T> out) {
+    copy_strided(evaluate<Policy>(e).view, out);
+  }
 };
 
 template <class A, class B>
 struct naive_evaluator<product_expr<A, B>> {
   using T = value_type_t<A>;
+  template <class Policy>
   static void into(const product_expr<A, B>& e, kernels::strided<T> out) {
-    const operand<T> a = naive_operand(e.lhs());
-    const operand<T> b = naive_operand(e.rhs());
+    const operand<T> a = node_operand<Policy>(e.lhs());
+    const operand<T> b = node_operand<Policy>(e.rhs());
     kernels::gemm(a.view, b.view, out.data, out.row_stride);
   }
 };
@@ -97,8 +119,9 @@ struct naive_evaluator<product_expr<A, B>> {
 template <class X, class S, scale_op Op>
 struct naive_evaluator<scaled_expr<X, S, Op>> {
   using T = value_type_t<X>;
+  template <class Policy>
   static void into(const scaled_expr<X, S, Op>& e, kernels::strided<T> out) {
-    naive_into(e.arg(), out);
+    node_into<Policy>(e.arg(), out);
     if constexpr (Op == scale_op::multiply) {
       kernels::multiply(out, scalar_value<T>(e.factor()));
     } else {
@@ -110,9 +133,10 @@ struct naive_evaluator<scaled_expr<X, S, Op>> {
 template <class A, class B, elementwise_op Op>
 struct naive_evaluator<elementwise_expr<A, B, Op>> {
   using T = value_type_t<A>;
+  template <class Policy>
   static void into(const elementwise_expr<A, B, Op>& e, kernels::strided<T> out) {
-    naive_into(e.lhs(), out);
-    const operand<T> b = naive_operand(e.rhs());
+    node_into<Policy>(e.lhs(), out);
+    const operand<T> b = node_operand<Policy>(e.rhs());
     if constexpr (Op == elementwise_op::add) {
       kernels::add(out, b.view);
     } else {
@@ -124,8 +148,9 @@ struct naive_evaluator<elementwise_expr<A, B, Op>> {
 template <class X>
 struct naive_evaluator<softmax_expr<X>> {
   using T = value_type_t<X>;
+  template <class Policy>
   static void into(const softmax_expr<X>& e, kernels::strided<T> out) {
-    naive_into(e.arg(), out);
+    node_into<Policy>(e.arg(), out);
     kernels::softmax_rows(out);
   }
 };
@@ -133,8 +158,9 @@ struct naive_evaluator<softmax_expr<X>> {
 template <class S>
 struct naive_evaluator<causal_expr<S>> {
   using T = value_type_t<S>;
+  template <class Policy>
   static void into(const causal_expr<S>& e, kernels::strided<T> out) {
-    naive_into(e.arg(), out);
+    node_into<Policy>(e.arg(), out);
     kernels::mask_causal(out);
   }
 };
@@ -142,8 +168,9 @@ struct naive_evaluator<causal_expr<S>> {
 template <class S, class M>
 struct naive_evaluator<masked_expr<S, M>> {
   using T = value_type_t<S>;
+  template <class Policy>
   static void into(const masked_expr<S, M>& e, kernels::strided<T> out) {
-    naive_into(e.arg(), out);
+    node_into<Policy>(e.arg(), out);
     const auto& m = e.mask();
     kernels::mask_where_false(out, dense<const bool>(m.data(), m.rows(), m.cols(), m.row_stride()));
   }

@@ -10,4 +10,12 @@ struct naive_t {
 };
 inline constexpr naive_t naive{};
 
+// softmax(S) * V as one blocked online-softmax loop nest, with no n×m
+// buffer; S is Q * transpose(K), scaled, masked or biased. An expression
+// with no fused form is a compile error.
+struct fused_t {
+  explicit constexpr fused_t() = default;
+};
+inline constexpr fused_t fused{};
+
 }  // namespace qkv

@@ -15,6 +15,11 @@ class softmax_expr : public detail::same_shape_unary<X> {
   using detail::same_shape_unary<X>::same_shape_unary;
 };
 
+template <class E>
+inline constexpr bool is_softmax_v = false;
+template <class X>
+inline constexpr bool is_softmax_v<softmax_expr<X>> = true;
+
 template <expression X>
 auto softmax(X&& x) {
   return softmax_expr<detail::closure_t<X&&>>(std::forward<X>(x));

@@ -24,6 +24,11 @@ class transpose_expr
   X arg_;
 };
 
+template <class E>
+inline constexpr bool is_transpose_v = false;
+template <class X>
+inline constexpr bool is_transpose_v<transpose_expr<X>> = true;
+
 template <expression X>
 auto transpose(X&& x) {
   return transpose_expr<detail::closure_t<X&&>>(std::forward<X>(x));

@@ -2,6 +2,7 @@
 // runs the instantiation for the best instruction set this CPU has (src/).
 #pragma once
 
+#include "attention_problem.hpp"
 #include "strided.hpp"
 
 #include <cstddef>
@@ -32,6 +33,10 @@ void subtract(strided<double> x, strided<const double> y);
 // dst ← src.
 void copy(strided<const float> src, strided<float> dst);
 void copy(strided<const double> src, strided<double> dst);
+
+// The fused attention of attention_problem.hpp; out must not overlap the inputs.
+void attention(const attention_problem<float>& problem);
+void attention(const attention_problem<double>& problem);
 
 // The instruction set the kernels run on: "avx512bw", "fma3<avx2>", "sse2", "neon64".
 const char* active_arch() noexcept;

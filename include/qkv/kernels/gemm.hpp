@@ -4,7 +4,7 @@
 // registers for the whole KC loop.
 #pragma once
 
-#include "arch_traits.hpp"
+#include "register_tile.hpp"
 #include "strided.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -15,14 +15,11 @@ namespace qkv::kernels {
 
 template <class Arch, class T>
 struct gemm_kernel {
-  using batch = xsimd::batch<T, Arch>;
-  static constexpr std::size_t W = batch::size;
-  // The MR×NR tile holds 2·MR accumulators; with two B vectors and one A
-  // broadcast that fills 32 registers at MR = 8, and 16 at MR = 6. Without
-  // FMA a product needs a temporary, so MR drops to 4.
-  static constexpr std::size_t MR =
-      arch_traits<Arch>::vector_registers == 32 ? 8 : (arch_traits<Arch>::has_fma ? 6 : 4);
-  static constexpr std::size_t NR = 2 * W;
+  using tile = register_tile<Arch, T>;
+  using batch = typename tile::batch;
+  static constexpr std::size_t W = tile::W;
+  static constexpr std::size_t MR = tile::MR;
+  static constexpr std::size_t NR = tile::NR;
   // A packed B panel (KC×NR) in about half of a 32 KiB L1.
   static constexpr std::size_t KC = 16384 / (NR * sizeof(T)) < 384 ? 16384 / (NR * sizeof(T)) : 384;
   // A packed A block (MC×KC) in about 256 KiB of L2.
@@ -119,39 +116,9 @@ struct gemm_kernel {
   // c[0:mr, 0:nr] (+)= a_panel · b_panel over kc.
   static void micro_kernel(std::size_t kc, const T* a, const T* b, T* c, std::ptrdiff_t ldc, std::size_t mr,
                            std::size_t nr, bool accumulate) {
-    batch acc0[MR], acc1[MR];
-    for (std::size_t r = 0; r < MR; ++r) acc0[r] = acc1[r] = batch(T(0));
-    for (std::size_t p = 0; p < kc; ++p) {
-      const batch b0 = batch::load_aligned(b), b1 = batch::load_aligned(b + W);
-      for (std::size_t r = 0; r < MR; ++r) {
-        const batch ar(a[r]);
-        acc0[r] = xsimd::fma(ar, b0, acc0[r]);
-        acc1[r] = xsimd::fma(ar, b1, acc1[r]);
-      }
-      a += MR;
-      b += NR;
-    }
-    if (mr == MR && nr == NR) {
-      for (std::size_t r = 0; r < MR; ++r) {
-        T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;
-        if (accumulate) {
-          acc0[r] += batch::load_unaligned(cr);
-          acc1[r] += batch::load_unaligned(cr + W);
-        }
-        acc0[r].store_unaligned(cr);
-        acc1[r].store_unaligned(cr + W);
-      }
-      return;
-    }
-    alignas(64) T tile[MR * NR];
-    for (std::size_t r = 0; r < MR; ++r) {
-      acc0[r].store_aligned(tile + r * NR);
-      acc1[r].store_aligned(tile + r * NR + W);
-    }
-    for (std::size_t r = 0; r < mr; ++r) {
-      T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;
-      for (std::size_t j = 0; j < nr; ++j) cr[j] = accumulate ? cr[j] + tile[r * NR + j] : tile[r * NR + j];
-    }
+    const T* rows[MR];
+    for (std::size_t r = 0; r < MR; ++r) rows[r] = a + r;
+    tile::template run<MR>(kc, rows, b, c, ldc, mr, nr, accumulate);
   }
 };
 

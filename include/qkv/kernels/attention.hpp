@@ -1,0 +1,277 @@
+// Fused attention, O = softmax(S) V with S = scale·Q Kᵀ (+ bias, masks), in
+// the FlashAttention-2 loop order: an outer loop over blocks of BR queries,
+// an inner loop over blocks of BC keys. Per key block the BR×BC scores are
+// computed on the register tile into a small buffer, turned into weights in
+// place by an online softmax (running row maximum m and sum l; the output
+// rescaled only when m grows), and multiplied into an unnormalised BR×dv
+// output that is divided by l once at the end. No n×m buffer exists.
+//
+// K and V are packed once per call (O(m·d) extra memory, read by every query
+// block); Q and the weights are read in place through row pointers. Key
+// blocks past the causal diagonal, or emptied by the mask, are skipped. For
+// a handful of queries (decoding) a GEMV-style loop reads K and V once.
+#pragma once
+
+#include "attention_problem.hpp"
+#include "register_tile.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+#include <limits>
+
+namespace qkv::kernels {
+
+template <class Arch, class T>
+struct attention_kernel {
+  using tile = register_tile<Arch, T>;
+  using batch = typename tile::batch;
+  static constexpr std::size_t W = tile::W;
+  static constexpr std::size_t MR = tile::MR;
+  static constexpr std::size_t NR = tile::NR;
+  // A BR×BC block of scores is 64 KiB in float: it stays in L2 beside the
+  // packed keys and values it is computed from.
+  static constexpr std::size_t BR = (64 + MR - 1) / MR * MR;
+  static constexpr std::size_t BC = 256;
+  static constexpr std::size_t sum_chunk = 128;
+  // Up to this many queries, the GEMV-style path: packing K and V would cost
+  // as much as the whole computation.
+  static constexpr std::size_t decode_rows = 4;
+  static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+
+  static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+  static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
+  static constexpr std::size_t aligned(std::size_t elements) { return round_up(elements, 64 / sizeof(T)); }
+
+  static constexpr std::size_t workspace(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
+    if (n <= decode_rows) return aligned(round_up(m, W)) + 2 * aligned(round_up(dv, W));
+    return aligned(round_up(m, NR) * dk) + aligned(round_up(dv, NR) * m) + aligned(BR * BC) +
+           aligned(BR * round_up(dv, NR)) + 2 * aligned(BR);
+  }
+
+  // `work` holds workspace(n, m, dk, dv) elements, 64-byte aligned.
+  static void run(const attention_problem<T>& p, T* work) {
+    const std::size_t n = p.q.rows, dv = p.v.cols;
+    if (n == 0 || dv == 0) return;
+    if (n <= decode_rows) {
+      decode(p, work);
+    } else {
+      blocked(p, work);
+    }
+  }
+
+ private:
+  // The last key (exclusive) that row i may see: all m, or i + (m − n) + 1 when causal.
+  static std::size_t key_end(const attention_problem<T>& p, std::size_t i) {
+    const std::size_t n = p.q.rows, m = p.k.rows;
+    if (!p.causal) return m;
+    const std::ptrdiff_t end = static_cast<std::ptrdiff_t>(i + m) - static_cast<std::ptrdiff_t>(n) + 1;
+    return end <= 0 ? 0 : min(static_cast<std::size_t>(end), m);
+  }
+
+  // The scores of row i for keys [j0, j0 + count), raw q·k in u on entry.
+  // Applies the bias and the masks; returns the factor a > 0 such that the
+  // score is a·u (the scale is folded into the exponent when there is no bias).
+  static T transform(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u) {
+    T a = p.scale;
+    if (p.bias.data != nullptr || !(p.scale > T(0))) {
+      const batch vs(p.scale), vb(p.bias_scale);
+      std::size_t j = 0;
+      if (p.bias.data != nullptr) {
+        const T* b = &p.bias(i, j0);
+        for (; j + W <= count; j += W)
+          xsimd::fma(vs, batch::load_unaligned(u + j), vb * batch::load_unaligned(b + j)).store_unaligned(u + j);
+        for (; j < count; ++j) u[j] = p.scale * u[j] + p.bias_scale * b[j];
+      } else {
+        for (; j < count; ++j) u[j] *= p.scale;
+      }
+      a = T(1);
+    }
+    const std::size_t end = key_end(p, i);
+    for (std::size_t j = end > j0 ? end - j0 : 0; j < count; ++j) u[j] = neg_inf;
+    if (p.mask.data != nullptr) {
+      const bool* keep = &p.mask(i, j0);
+      for (std::size_t j = 0; j < count; ++j)
+        if (!keep[j]) u[j] = neg_inf;
+    }
+    return a;
+  }
+
+  static T row_max(const T* u, std::size_t padded) {
+    batch vmax(neg_inf);
+    for (std::size_t j = 0; j < padded; j += W) vmax = xsimd::max(vmax, batch::load_aligned(u + j));
+    alignas(64) T lanes[W];
+    vmax.store_aligned(lanes);
+    T mx = lanes[0];
+    for (std::size_t j = 1; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
+    return mx;
+  }
+
+  // u ← exp(a·u − m) over `padded` values; returns their sum.
+  static T exponentiate(T* u, std::size_t padded, T a, T m) {
+    const batch va(a), vm(-m);
+    batch s0(T(0)), s1(T(0));
+    std::size_t j = 0;
+    for (; j + 2 * W <= padded; j += 2 * W) {
+      const batch e0 = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
+      const batch e1 = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j + W), vm));
+      e0.store_aligned(u + j);
+      e1.store_aligned(u + j + W);
+      s0 += e0;
+      s1 += e1;
+    }
+    for (; j < padded; j += W) {
+      const batch e = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
+      e.store_aligned(u + j);
+      s0 += e;
+    }
+    return xsimd::hadd(s0 + s1);
+  }
+
+  // One online-softmax step for a row: its running max m and sum l, its
+  // unnormalised output o (dvp values), and the new scores u of one block.
+  static void online_step(T* u, std::size_t count, T a, T& m, T& l, T* o, std::size_t dvp) {
+    const std::size_t padded = round_up(count, W);
+    for (std::size_t j = count; j < padded; ++j) u[j] = neg_inf;
+    const T block_max = a * row_max(u, padded);
+    const T m_new = block_max > m ? block_max : m;
+    // A row with nothing visible yet keeps m = −∞; exp then sees −∞ − 0 = −∞
+    // (weight 0) for masked scores and NaN for NaN ones, which must poison.
+    const T m_safe = m_new == neg_inf ? T(0) : m_new;
+    const T sum = exponentiate(u, padded, a, m_safe);
+    if (m_new != m) {
+      const T correction = xsimd::exp(batch(m - m_safe)).get(0);
+      l *= correction;
+      const batch vc(correction);
+      for (std::size_t c = 0; c < dvp; c += W) (batch::load_aligned(o + c) * vc).store_aligned(o + c);
+    }
+    l += sum;
+    m = m_new;
+  }
+
+  static void finish_row(const T* o, T l, T* out, std::size_t dv) {
+    // A fully masked row (l = 0) gives zeros; NaN stays NaN.
+    const T inv = l == T(0) ? T(0) : T(1) / l;
+    for (std::size_t c = 0; c < dv; ++c) out[c] = l == T(0) ? T(0) : o[c] * inv;
+  }
+
+  static bool mask_keeps_any(const attention_problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
+                             std::size_t cols) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      const bool* keep = &p.mask(i0 + r, j0);
+      for (std::size_t j = 0; j < cols; ++j)
+        if (keep[j]) return true;
+    }
+    return false;
+  }
+
+  static void blocked(const attention_problem<T>& p, T* work) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const std::size_t dvp = round_up(dv, NR);
+    T* kp = work;
+    T* vp = kp + aligned(round_up(m, NR) * dk);
+    T* s = vp + aligned(dvp * m);
+    T* o = s + aligned(BR * BC);
+    T* row_m = o + aligned(BR * dvp);
+    T* row_l = row_m + aligned(BR);
+    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, kp);
+    tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, vp);
+
+    for (std::size_t i0 = 0; i0 < n; i0 += BR) {
+      const std::size_t br = min(BR, n - i0);
+      for (std::size_t r = 0; r < br; ++r) row_m[r] = neg_inf, row_l[r] = T(0);
+      for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = T(0);
+      const std::size_t j_end = key_end(p, i0 + br - 1);  // the last row sees the most keys
+
+      for (std::size_t j0 = 0; j0 < j_end; j0 += BC) {
+        const std::size_t bc = min(BC, j_end - j0);
+        if (p.mask.data != nullptr && !mask_keeps_any(p, i0, br, j0, bc)) continue;
+
+        // Scores of the block; rows past br read the last row again and are ignored.
+        for (std::size_t ir = 0; ir < br; ir += MR) {
+          const T* rows[MR];
+          for (std::size_t r = 0; r < MR; ++r) rows[r] = &p.q(min(i0 + ir + r, n - 1), 0);
+          for (std::size_t jr = 0; jr < bc; jr += NR)
+            tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
+        }
+        // Weights, in place.
+        for (std::size_t r = 0; r < br; ++r) {
+          T* u = s + r * BC;
+          const T a = transform(p, i0 + r, j0, bc, u);
+          online_step(u, bc, a, row_m[r], row_l[r], o + r * dvp, dvp);
+        }
+        // Unnormalised output += weights · values, in partial sums of at most
+        // sum_chunk keys, as the matrix product sums (its error grows with
+        // the length of each sequential sum).
+        for (std::size_t jc = 0; jc < bc; jc += sum_chunk) {
+          const std::size_t kc = min(sum_chunk, bc - jc);
+          for (std::size_t ir = 0; ir < br; ir += MR) {
+            const T* rows[MR];
+            for (std::size_t r = 0; r < MR; ++r) rows[r] = s + min(ir + r, br - 1) * BC + jc;
+            for (std::size_t c = 0; c < dvp; c += NR)
+              tile::template run<1>(kc, rows, vp + c * m + (j0 + jc) * NR, o + ir * dvp + c,
+                                    static_cast<std::ptrdiff_t>(dvp), min(MR, br - ir), NR, true);
+          }
+        }
+      }
+      for (std::size_t r = 0; r < br; ++r) finish_row(o + r * dvp, row_l[r], &p.out(i0 + r, 0), dv);
+    }
+  }
+
+  // A few queries: for each, every score by a vector dot product, then one
+  // pass of exp and one of weighted sums of value rows.
+  static void decode(const attention_problem<T>& p, T* work) {
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const std::size_t dvp = round_up(dv, W);
+    T* u = work;
+    T* o = u + aligned(round_up(m, W));
+    for (std::size_t i = 0; i < p.q.rows; ++i) {
+      const T* q = &p.q(i, 0);
+      const std::size_t end = key_end(p, i);
+      for (std::size_t j = 0; j < end; ++j) u[j] = dot(q, &p.k(j, 0), p.k.col_stride, dk);
+      T row_l = T(0);
+      for (std::size_t c = 0; c < dvp; ++c) o[c] = T(0);
+      if (end > 0) {
+        const T a = transform(p, i, 0, end, u);
+        const std::size_t padded = round_up(end, W);
+        for (std::size_t j = end; j < padded; ++j) u[j] = neg_inf;
+        const T mx = a * row_max(u, padded);
+        row_l = exponentiate(u, padded, a, mx == neg_inf ? T(0) : mx);
+        // Partial sums of sum_chunk keys, added into o.
+        T* part = o + dvp;
+        for (std::size_t j0 = 0; j0 < end; j0 += sum_chunk) {
+          for (std::size_t c = 0; c < dvp; ++c) part[c] = T(0);
+          for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j)
+            if (u[j] != T(0)) axpy(u[j], &p.v(j, 0), p.v.col_stride, part, dv);
+          for (std::size_t c = 0; c < dvp; c += W) (batch::load_aligned(o + c) + batch::load_aligned(part + c)).store_aligned(o + c);
+        }
+      }
+      finish_row(o, row_l, &p.out(i, 0), dv);
+    }
+  }
+
+  static T dot(const T* q, const T* k, std::ptrdiff_t kcs, std::size_t d) {
+    std::size_t c = 0;
+    T tail = T(0);
+    batch acc0(T(0)), acc1(T(0));
+    if (kcs == 1) {
+      for (; c + 2 * W <= d; c += 2 * W) {
+        acc0 = xsimd::fma(batch::load_unaligned(q + c), batch::load_unaligned(k + c), acc0);
+        acc1 = xsimd::fma(batch::load_unaligned(q + c + W), batch::load_unaligned(k + c + W), acc1);
+      }
+      for (; c + W <= d; c += W) acc0 = xsimd::fma(batch::load_unaligned(q + c), batch::load_unaligned(k + c), acc0);
+    }
+    for (; c < d; ++c) tail += q[c] * k[static_cast<std::ptrdiff_t>(c) * kcs];
+    return xsimd::hadd(acc0 + acc1) + tail;
+  }
+
+  static void axpy(T a, const T* x, std::ptrdiff_t xcs, T* y, std::size_t d) {
+    std::size_t c = 0;
+    const batch va(a);
+    if (xcs == 1)
+      for (; c + W <= d; c += W) xsimd::fma(va, batch::load_unaligned(x + c), batch::load_aligned(y + c)).store_aligned(y + c);
+    for (; c < d; ++c) y[c] += a * x[static_cast<std::ptrdiff_t>(c) * xcs];
+  }
+};
+
+}  // namespace qkv::kernels

@@ -1,0 +1,23 @@
+// What the fused attention kernel is asked to compute, in plain pointers and
+// strides: O = softmax(scale·(Q Kᵀ) + bias_scale·B, masked) V. The kernel
+// knows nothing of the expression it came from.
+#pragma once
+
+#include "strided.hpp"
+
+namespace qkv::kernels {
+
+template <class T>
+struct attention_problem {
+  strided<const T> q;    // n×dk, unit column stride
+  strided<const T> k;    // m×dk
+  strided<const T> v;    // m×dv
+  strided<T> out;        // n×dv, unit column stride
+  T scale = T(1);        // multiplies q·k
+  strided<const T> bias{nullptr, 0, 0, 0, 1};  // n×m, unit column stride; none when data is null
+  T bias_scale = T(1);
+  bool causal = false;   // keys j > i + (m − n) excluded
+  strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
+};
+
+}  // namespace qkv::kernels

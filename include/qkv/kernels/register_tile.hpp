@@ -1,0 +1,114 @@
+// The MR×NR register tile shared by the matrix product and the attention
+// kernel: c[0:MR, 0:NR] (+)= A·B over kc, with the tile of C held in 2·MR
+// vector registers for the whole loop. B is packed: kc rows of NR values.
+// A is read through one pointer per row, element p of row r at a[r][p·ACS],
+// so the same loop reads a packed panel (ACS = MR) or plain rows (ACS = 1).
+#pragma once
+
+#include "arch_traits.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+
+namespace qkv::kernels {
+
+template <class Arch, class T>
+struct register_tile {
+  using batch = xsimd::batch<T, Arch>;
+  static constexpr std::size_t W = batch::size;
+  // 2·MR accumulators, two B vectors and one A broadcast: 32 registers at
+  // MR = 8, 16 at MR = 6. Without FMA a product needs a temporary: MR = 4.
+  static constexpr std::size_t MR =
+      arch_traits<Arch>::vector_registers == 32 ? 8 : (arch_traits<Arch>::has_fma ? 6 : 4);
+  static constexpr std::size_t NR = 2 * W;
+
+  struct accumulators {
+    batch lo[MR], hi[MR];
+  };
+
+  template <std::size_t ACS>
+  static void compute(std::size_t kc, const T* const* a, const T* b, accumulators& acc) {
+    for (std::size_t r = 0; r < MR; ++r) acc.lo[r] = acc.hi[r] = batch(T(0));
+    for (std::size_t p = 0; p < kc; ++p) {
+      const batch b0 = batch::load_aligned(b), b1 = batch::load_aligned(b + W);
+      for (std::size_t r = 0; r < MR; ++r) {
+        const batch ar(a[r][p * ACS]);
+        acc.lo[r] = xsimd::fma(ar, b0, acc.lo[r]);
+        acc.hi[r] = xsimd::fma(ar, b1, acc.hi[r]);
+      }
+      b += NR;
+    }
+  }
+
+  // c (+)= A·B for the top-left mr×nr corner of the tile.
+  template <std::size_t ACS>
+  static void run(std::size_t kc, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc, std::size_t mr,
+                  std::size_t nr, bool accumulate) {
+    accumulators acc;
+    compute<ACS>(kc, a, b, acc);
+    if (mr == MR && nr == NR) {
+      for (std::size_t r = 0; r < MR; ++r) {
+        T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;
+        if (accumulate) {
+          acc.lo[r] += batch::load_unaligned(cr);
+          acc.hi[r] += batch::load_unaligned(cr + W);
+        }
+        acc.lo[r].store_unaligned(cr);
+        acc.hi[r].store_unaligned(cr + W);
+      }
+      return;
+    }
+    alignas(64) T tile[MR * NR];
+    for (std::size_t r = 0; r < MR; ++r) {
+      acc.lo[r].store_aligned(tile + r * NR);
+      acc.hi[r].store_aligned(tile + r * NR + W);
+    }
+    for (std::size_t r = 0; r < mr; ++r) {
+      T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;
+      for (std::size_t j = 0; j < nr; ++j) cr[j] = accumulate ? cr[j] + tile[r * NR + j] : tile[r * NR + j];
+    }
+  }
+
+  // Packs rows [j0, j0 + count) of a row-major matrix x (row stride ldx,
+  // cols columns) as the B operand of x·something-transposed: panel by panel
+  // of NR rows, each panel holding, for p < cols, the NR values x(j, p).
+  // Rows past count are zero. out must hold round_up(count, NR)·cols values.
+  static void pack_transposed(const T* x, std::ptrdiff_t ldx, std::ptrdiff_t cs, std::size_t count,
+                              std::size_t cols, T* out) {
+    for (std::size_t jp = 0; jp < count; jp += NR) {
+      const std::size_t nr = count - jp < NR ? count - jp : NR;
+      for (std::size_t j = 0; j < NR; ++j) {
+        if (j < nr) {
+          const T* row = x + static_cast<std::ptrdiff_t>(jp + j) * ldx;
+          for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = row[static_cast<std::ptrdiff_t>(p) * cs];
+        } else {
+          for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = T(0);
+        }
+      }
+      out += NR * cols;
+    }
+  }
+
+  // Packs a row-major matrix x (rows × cols) as a B operand: panel by panel
+  // of NR columns, each panel holding, for every row p, its NR values.
+  // Columns past cols are zero. out must hold rows·round_up(cols, NR) values.
+  static void pack(const T* x, std::ptrdiff_t ldx, std::ptrdiff_t cs, std::size_t rows, std::size_t cols, T* out) {
+    for (std::size_t jp = 0; jp < cols; jp += NR) {
+      const std::size_t nr = cols - jp < NR ? cols - jp : NR;
+      for (std::size_t p = 0; p < rows; ++p) {
+        const T* src = x + static_cast<std::ptrdiff_t>(p) * ldx + static_cast<std::ptrdiff_t>(jp) * cs;
+        T* dst = out + p * NR;
+        if (nr == NR && cs == 1) {
+          batch::load_unaligned(src).store_aligned(dst);
+          batch::load_unaligned(src + W).store_aligned(dst + W);
+        } else {
+          for (std::size_t j = 0; j < NR; ++j) dst[j] = j < nr ? src[static_cast<std::ptrdiff_t>(j) * cs] : T(0);
+        }
+      }
+      out += NR * rows;
+    }
+  }
+};
+
+}  // namespace qkv::kernels
