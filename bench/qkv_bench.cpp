@@ -1,0 +1,68 @@
+// qkv's attention, fused and naive, and the fused kernel called directly
+// (the expression layer must cost nothing on top of it).
+//   cmake -S . -B build -DQKV_BUILD_BENCHMARKS=ON && cmake --build build -j2 --target qkv_bench
+//   build/bench/qkv_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include "bench_common.hpp"
+
+#include <qkv/kernels/api.hpp>
+
+namespace {
+
+using namespace qkv;
+
+void fused_attention(benchmark::State& state, const bench::config& c) {
+  bench::inputs in(c);
+  const float dk = float(c.d);
+  for (auto _ : state) {
+    if (c.causal) {
+      eval_into(in.O, softmax(causal(in.Q * transpose(in.K) / sqrt(dk))) * in.V, fused);
+    } else {
+      eval_into(in.O, softmax(in.Q * transpose(in.K) / sqrt(dk)) * in.V, fused);
+    }
+    benchmark::DoNotOptimize(in.O.data());
+  }
+  bench::set_counters(state, c);
+  state.SetLabel(active_arch());
+}
+
+void naive_attention(benchmark::State& state, const bench::config& c) {
+  bench::inputs in(c);
+  const float dk = float(c.d);
+  for (auto _ : state) {
+    if (c.causal) {
+      eval_into(in.O, softmax(causal(in.Q * transpose(in.K) / sqrt(dk))) * in.V, naive);
+    } else {
+      eval_into(in.O, softmax(in.Q * transpose(in.K) / sqrt(dk)) * in.V, naive);
+    }
+    benchmark::DoNotOptimize(in.O.data());
+  }
+  bench::set_counters(state, c);
+  state.SetLabel(active_arch());
+}
+
+// The kernel the fused strategy calls, without the expression layer.
+void kernel_direct(benchmark::State& state, const bench::config& c) {
+  bench::inputs in(c);
+  kernels::attention_problem<float> p;
+  p.q = {in.Q.data(), c.n, c.d, std::ptrdiff_t(c.d), 1};
+  p.k = {in.K.data(), c.m, c.d, std::ptrdiff_t(c.d), 1};
+  p.v = {in.V.data(), c.m, c.d, std::ptrdiff_t(c.d), 1};
+  p.out = {in.O.data(), c.n, c.d, std::ptrdiff_t(c.d), 1};
+  p.scale = 1.0f / std::sqrt(float(c.d));
+  p.causal = c.causal;
+  for (auto _ : state) {
+    kernels::attention(p);
+    benchmark::DoNotOptimize(in.O.data());
+  }
+  bench::set_counters(state, c);
+  state.SetLabel(active_arch());
+}
+
+const int registered = [] {
+  bench::register_all("qkv_fused", fused_attention);
+  bench::register_all("qkv_kernel", kernel_direct);
+  bench::register_all("qkv_naive", naive_attention);
+  return 0;
+}();
+
+}  // namespace
