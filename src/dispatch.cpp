@@ -1,16 +1,18 @@
-// Picks the kernels of the best instruction set this CPU has, once, and
-// forwards each call of qkv/kernels/api.hpp to them. QKV_ARCH=avx512bw|avx2|
-// sse2|neon64 forces one (for tests and benchmarks); forcing one the CPU
-// lacks is an error, never a silent fallback.
+// Picks the kernels of the best instruction set this CPU has, at first use,
+// and forwards each call of qkv/kernels/api.hpp to them. QKV_ARCH=avx512bw|
+// avx2|sse2|neon64, or set_arch(name), forces one (for tests and
+// benchmarks); forcing one the CPU lacks is an error, never a silent fallback.
 #include "kernel_table.hpp"
 
 #include <qkv/kernels/api.hpp>
 #include <qkv/storage/aligned_buffer.hpp>
 
 
+#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace qkv::kernels {
 namespace {
@@ -43,7 +45,7 @@ cpu_features detect() {
   return f;
 }
 
-const kernel_table& choose() {
+const kernel_table* find(std::string_view name) {
   const cpu_features cpu = detect();
   const candidate candidates[] = {
       // best first
@@ -52,27 +54,29 @@ const kernel_table& choose() {
       {"sse2", sse2_table, cpu.sse2},
       {"neon64", neon64_table, cpu.neon64},
   };
-  const char* forced = std::getenv("QKV_ARCH");
-  if (forced != nullptr && *forced != '\0') {
-    for (const candidate& c : candidates) {
-      if (std::string(forced) != c.env_name) continue;
-      if (c.table == nullptr || !c.supported) {
-        throw std::runtime_error(std::string("qkv: QKV_ARCH=") + forced + ", but this CPU or build has no " + forced);
-      }
-      return *c.table;
-    }
-    throw std::runtime_error(std::string("qkv: QKV_ARCH=") + forced +
-                             " is not one of avx512bw, avx2, sse2, neon64");
-  }
   for (const candidate& c : candidates) {
-    if (c.table != nullptr && c.supported) return *c.table;
+    if (name.empty() ? (c.table != nullptr && c.supported) : name == c.env_name) {
+      if (c.table == nullptr || !c.supported) {
+        throw std::runtime_error("qkv: " + std::string(name) + " was asked for, but this CPU or build has no " +
+                                 std::string(name));
+      }
+      return c.table;
+    }
   }
-  throw std::runtime_error("qkv: no kernel instruction set fits this CPU");
+  if (name.empty()) throw std::runtime_error("qkv: no kernel instruction set fits this CPU");
+  throw std::runtime_error("qkv: '" + std::string(name) + "' is not one of avx512bw, avx2, sse2, neon64");
 }
 
+std::atomic<const kernel_table*> chosen{nullptr};
+
 const kernel_table& active() {
-  static const kernel_table& table = choose();
-  return table;
+  const kernel_table* t = chosen.load(std::memory_order_acquire);
+  if (t == nullptr) {
+    const char* forced = std::getenv("QKV_ARCH");
+    t = find(forced == nullptr ? "" : forced);
+    chosen.store(t, std::memory_order_release);
+  }
+  return *t;
 }
 
 template <class T>
@@ -123,6 +127,8 @@ void subtract(strided<float> x, strided<const float> y) { set<float>().subtract(
 void subtract(strided<double> x, strided<const double> y) { set<double>().subtract(x, y); }
 void copy(strided<const float> src, strided<float> dst) { set<float>().copy(src, dst); }
 void copy(strided<const double> src, strided<double> dst) { set<double>().copy(src, dst); }
+
+void set_arch(std::string_view name) { chosen.store(find(name), std::memory_order_release); }
 
 const char* active_arch() noexcept {
   try {

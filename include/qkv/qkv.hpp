@@ -20,7 +20,13 @@
 namespace qkv {
 
 // The instruction set the compiled kernels run on here ("avx512bw", "fma3<avx2>",
-// "sse2" or "neon64"); the environment variable QKV_ARCH can force a narrower one.
+// "sse2" or "neon64"): the best this CPU has, unless the environment variable
+// QKV_ARCH or set_arch forces another.
 inline const char* active_arch() noexcept { return kernels::active_arch(); }
+
+// Forces the kernels of one instruction set ("avx512bw", "avx2", "sse2",
+// "neon64"; "" for the best available), e.g. to compare them in a benchmark.
+// Throws std::runtime_error when this CPU or build lacks it.
+inline void set_arch(std::string_view name) { kernels::set_arch(name); }
 
 }  // namespace qkv

@@ -6,6 +6,7 @@
 #include "strided.hpp"
 
 #include <cstddef>
+#include <string_view>
 
 namespace qkv::kernels {
 
@@ -37,6 +38,11 @@ void copy(strided<const double> src, strided<double> dst);
 // The fused attention of attention_problem.hpp; out must not overlap the inputs.
 void attention(const attention_problem<float>& problem);
 void attention(const attention_problem<double>& problem);
+
+// Makes the kernels of `name` ("avx512bw", "avx2", "sse2", "neon64", or ""
+// for the best this CPU has) run from now on; throws std::runtime_error if the
+// CPU or the build lacks them. Not for use while another thread evaluates.
+void set_arch(std::string_view name);
 
 // The instruction set the kernels run on: "avx512bw", "fma3<avx2>", "sse2", "neon64".
 const char* active_arch() noexcept;
