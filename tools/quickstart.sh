@@ -13,8 +13,12 @@ case "$what" in
 esac
 
 packages=(cmake make g++ libxsimd-dev libboost-dev)
-# The tests also need Catch2, and qemu-user to run the dispatch on emulated CPUs.
-[ "$what" = test ] && packages+=(catch2 qemu-user)
+# The tests also need Catch2, qemu-user to run the dispatch on emulated CPUs,
+# and on x86-64 the AArch64 cross compiler, to test the NEON kernels under qemu.
+if [ "$what" = test ]; then
+  packages+=(catch2 qemu-user)
+  [ "$(uname -m)" = x86_64 ] && packages+=(g++-aarch64-linux-gnu)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -45,4 +49,11 @@ else
   # qemu runs and compile-fail checks do not depend on the build flags; the release run covers them.
   ctest --test-dir "$build-sanitize" -j "$jobs" --output-on-failure -LE "qemu|compile_fail" \
     -E headers_compile_alone
+  if [ "$(uname -m)" = x86_64 ]; then
+    echo "== AArch64 (NEON) cross build, run under qemu-aarch64"
+    cmake -S . -B "$build-aarch64" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
+      -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
+    cmake --build "$build-aarch64" -j "$jobs" --target qkv_tests worked_example causal_views
+    ctest --test-dir "$build-aarch64" -j "$jobs" --output-on-failure -LE compile_fail -E headers_compile_alone
+  fi
 fi

@@ -23,4 +23,17 @@ struct arch_traits {
       is_avx512 || is_neon64 || std::is_base_of_v<xsimd::fma3<xsimd::avx2>, Arch>;
 };
 
+// a / b, correctly rounded. xsimd 8.1 divides floats on AArch64 with the
+// ARMv7 reciprocal estimate and two Newton steps (off by an ulp or two);
+// AArch64 has an exact vector division.
+template <class Arch, class T>
+xsimd::batch<T, Arch> divide(const xsimd::batch<T, Arch>& a, const xsimd::batch<T, Arch>& b) noexcept {
+#if XSIMD_WITH_NEON64
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<xsimd::neon64, Arch>) {
+    return vdivq_f32(a, b);
+  }
+#endif
+  return a / b;
+}
+
 }  // namespace qkv::kernels

@@ -3,11 +3,13 @@
 // by element.
 #pragma once
 
+#include "arch_traits.hpp"
 #include "strided.hpp"
 
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace qkv::kernels {
 
@@ -34,7 +36,13 @@ struct elementwise_kernel {
     apply(x, x.as_const(), [s](auto v, auto) { return v * s; });
   }
   static void divide(strided<T> x, T s) {
-    apply(x, x.as_const(), [s](auto v, auto) { return v / s; });
+    apply(x, x.as_const(), [s](auto v, auto) {
+      if constexpr (std::is_same_v<decltype(v), batch>) {
+        return kernels::divide(v, batch(s));
+      } else {
+        return v / s;
+      }
+    });
   }
   static void add(strided<T> x, strided<const T> y) {
     apply(x, y, [](auto a, auto b) { return a + b; });

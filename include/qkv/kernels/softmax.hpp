@@ -2,6 +2,7 @@
 // exponentiate with xsimd::exp, divide by the sum.
 #pragma once
 
+#include "arch_traits.hpp"
 #include "strided.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -66,8 +67,8 @@ struct softmax_kernel {
     sum1 += elast;
 
     const batch vsum(xsimd::hadd(sum0 + sum1));
-    for (j = 0; j < body; j += W) (batch::load_unaligned(r + j) / vsum).store_unaligned(r + j);
-    (batch::load_aligned(last) / vsum).store_aligned(last);
+    for (j = 0; j < body; j += W) divide(batch::load_unaligned(r + j), vsum).store_unaligned(r + j);
+    divide(batch::load_aligned(last), vsum).store_aligned(last);
     for (std::size_t t = 0; t < tail; ++t) r[body + t] = last[t];
   }
 };
