@@ -87,8 +87,8 @@ void evaluate_into(Dst&& dst, const E& e) {
 template <class E>
 constexpr void require_fused_form() {
   static_assert(has_fused_form<E>,
-                "qkv: eval(e, qkv::fused): e has no fused form; fused evaluates softmax(S) * V, S being Q * "
-                "transpose(K) scaled, causal, masked or plus a bias");
+                "qkv: eval(e, qkv::fused): e has no fused form (fused evaluates softmax(S) * V, S being Q * "
+                "transpose(K) scaled, causal, masked or plus a bias)");
 }
 
 }  // namespace detail

@@ -23,7 +23,7 @@ inline constexpr std::size_t dyn = std::numeric_limits<std::size_t>::max();
 // and qkv is among its associated namespaces, so sqrt(dim<64>) finds qkv::sqrt.
 template <std::size_t N>
 struct static_extent : boost::hana::integral_constant<std::size_t, N> {
-  static_assert(N != dyn, "qkv: dim<N> needs a finite N; use qkv::dyn in a type for a dynamic extent");
+  static_assert(N != dyn, "qkv: dim<N> needs a finite N (qkv::dyn marks a dynamic extent in a type)");
 };
 
 template <std::size_t N>

@@ -1,0 +1,11 @@
+// Compile-fail: eval(e, qkv::fused) on an expression with no fused form
+#include <qkv/qkv.hpp>
+using namespace qkv;
+int main() {
+  matrix<float, 8, 64> Q, K, V;
+#ifdef QKV_EXPECT_FAIL
+  auto S = eval(softmax(Q * transpose(K)), fused); (void)S;
+#else
+  auto O = eval(softmax(Q * transpose(K)) * V, fused); (void)O;
+#endif
+}
