@@ -25,6 +25,7 @@ namespace qkv::kernels {
 template <class Arch, class T>
 struct attention_kernel {
   using tile = register_tile<Arch, T>;
+  using arch_traits_of = arch_traits<Arch>;
   using batch = typename tile::batch;
   static constexpr std::size_t W = tile::W;
   static constexpr std::size_t MR = tile::MR;
@@ -218,17 +219,18 @@ struct attention_kernel {
     }
   }
 
-  // A few queries: for each, every score by a vector dot product, then one
-  // pass of exp and one of weighted sums of value rows.
+  // A few queries: for each, every score by vector dot products, W keys at
+  // a time in independent accumulators, then one pass of exp, then the value
+  // rows weighted and summed in registers, a few output vectors at a time.
+  // K and V are read once, nothing is packed.
   static void decode(const attention_problem<T>& p, T* work) {
-    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const std::size_t m = p.k.rows, dv = p.v.cols;
     const std::size_t dvp = round_up(dv, W);
     T* u = work;
     T* o = u + aligned(round_up(m, W));
     for (std::size_t i = 0; i < p.q.rows; ++i) {
-      const T* q = &p.q(i, 0);
       const std::size_t end = key_end(p, i);
-      for (std::size_t j = 0; j < end; ++j) u[j] = dot(q, &p.k(j, 0), p.k.col_stride, dk);
+      scores(p, &p.q(i, 0), end, u);
       T row_l = T(0);
       for (std::size_t c = 0; c < dvp; ++c) o[c] = T(0);
       if (end > 0) {
@@ -237,17 +239,79 @@ struct attention_kernel {
         for (std::size_t j = end; j < padded; ++j) u[j] = neg_inf;
         const T mx = a * row_max(u, padded);
         row_l = exponentiate(u, padded, a, mx == neg_inf ? T(0) : mx);
-        // Partial sums of sum_chunk keys, added into o.
-        T* part = o + dvp;
-        for (std::size_t j0 = 0; j0 < end; j0 += sum_chunk) {
-          for (std::size_t c = 0; c < dvp; ++c) part[c] = T(0);
-          for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j)
-            if (u[j] != T(0)) axpy(u[j], &p.v(j, 0), p.v.col_stride, part, dv);
-          for (std::size_t c = 0; c < dvp; c += W) (batch::load_aligned(o + c) + batch::load_aligned(part + c)).store_aligned(o + c);
-        }
+        weighted_sum(p, u, end, o);
       }
       finish_row(o, row_l, &p.out(i, 0), dv);
     }
+  }
+
+  // u[j] = q · k_j for j < end.
+  static void scores(const attention_problem<T>& p, const T* q, std::size_t end, T* u) {
+    constexpr std::size_t KB = 8;  // keys whose dot products run side by side
+    const std::size_t dk = p.q.cols, body = dk - dk % W;
+    std::size_t j = 0;
+    if (p.k.col_stride == 1) {
+      for (; j + KB <= end; j += KB) {
+        batch acc[KB];
+        for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0));
+        for (std::size_t c = 0; c < body; c += W) {
+          const batch qc = batch::load_unaligned(q + c);
+          for (std::size_t t = 0; t < KB; ++t) acc[t] = xsimd::fma(qc, batch::load_unaligned(&p.k(j + t, c)), acc[t]);
+        }
+        // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
+        for (std::size_t t = 0; t < KB; ++t) {
+          T x = xsimd::hadd(acc[t]);
+          for (std::size_t c = body; c < dk; ++c) x += q[c] * p.k(j + t, c);
+          u[j + t] = x;
+        }
+      }
+    }
+    for (; j < end; ++j) u[j] = dot(q, &p.k(j, 0), p.k.col_stride, dk);
+  }
+
+  // o = Σ_j u_j v_j over j < end, in partial sums of sum_chunk keys; zero
+  // weights (masked keys) are skipped.
+  static void weighted_sum(const attention_problem<T>& p, const T* u, std::size_t end, T* o) {
+    const std::size_t dv = p.v.cols;
+    std::size_t c0 = 0;
+    if (p.v.col_stride == 1) {
+      if constexpr (arch_traits_of::vector_registers == 32) c0 = weighted_columns<8>(p, u, end, o, c0);
+      c0 = weighted_columns<4>(p, u, end, o, c0);
+      c0 = weighted_columns<1>(p, u, end, o, c0);
+    }
+    if (c0 == dv) return;
+    // Columns left over, element by element, through the same partial sums.
+    T* part = o + round_up(dv, W);
+    for (std::size_t j0 = 0; j0 < end; j0 += sum_chunk) {
+      for (std::size_t c = c0; c < dv; ++c) part[c] = T(0);
+      for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j)
+        if (u[j] != T(0)) axpy(u[j], &p.v(j, c0), p.v.col_stride, part + c0, dv - c0);
+      for (std::size_t c = c0; c < dv; ++c) o[c] += part[c];
+    }
+  }
+
+  // Output columns [c0, …) in groups of NV vectors held in registers while
+  // the value rows stream past; returns the first column not done.
+  template <std::size_t NV>
+  static std::size_t weighted_columns(const attention_problem<T>& p, const T* u, std::size_t end, T* o,
+                                      std::size_t c0) {
+    for (; c0 + NV * W <= p.v.cols; c0 += NV * W) {
+      batch acc[NV];
+      for (std::size_t r = 0; r < NV; ++r) acc[r] = batch(T(0));
+      for (std::size_t j0 = 0; j0 < end; j0 += sum_chunk) {
+        batch part[NV];
+        for (std::size_t r = 0; r < NV; ++r) part[r] = batch(T(0));
+        for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j) {
+          if (u[j] == T(0)) continue;
+          const batch w(u[j]);
+          const T* vj = &p.v(j, c0);
+          for (std::size_t r = 0; r < NV; ++r) part[r] = xsimd::fma(w, batch::load_unaligned(vj + r * W), part[r]);
+        }
+        for (std::size_t r = 0; r < NV; ++r) acc[r] += part[r];
+      }
+      for (std::size_t r = 0; r < NV; ++r) acc[r].store_aligned(o + c0 + r * W);
+    }
+    return c0;
   }
 
   static T dot(const T* q, const T* k, std::ptrdiff_t kcs, std::size_t d) {
@@ -269,7 +333,8 @@ struct attention_kernel {
     std::size_t c = 0;
     const batch va(a);
     if (xcs == 1)
-      for (; c + W <= d; c += W) xsimd::fma(va, batch::load_unaligned(x + c), batch::load_aligned(y + c)).store_aligned(y + c);
+      for (; c + W <= d; c += W)
+        xsimd::fma(va, batch::load_unaligned(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
     for (; c < d; ++c) y[c] += a * x[static_cast<std::ptrdiff_t>(c) * xcs];
   }
 };

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Turns qkv_bench's JSON into docs/img/*.svg and a Markdown table.
+
+    build/bench/qkv_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+        --benchmark_out=bench.json --benchmark_out_format=json
+    /usr/bin/python3 bench/plot.py bench.json            # writes docs/img/attention_d64.svg, _d128.svg
+    /usr/bin/python3 bench/plot.py bench.json --table    # prints the table of docs/performance.md
+
+Needs matplotlib (Debian: python3-matplotlib) for the plots only. Medians of
+the repetitions are used.
+"""
+import json
+import os
+import re
+import sys
+
+IMPLS = ["qkv_fused", "qkv_kernel", "qkv_naive", "openblas", "eigen"]
+LABELS = {
+    "qkv_fused": "qkv fused",
+    "qkv_kernel": "qkv kernel, called directly",
+    "qkv_naive": "qkv naive",
+    "openblas": "OpenBLAS sgemm + softmax",
+    "eigen": "Eigen 3.4",
+}
+NAME = re.compile(r"^(\w+)/n=(\d+)/m=(\d+)/d=(\d+)/causal=(\d)")
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    rows = {}
+    for b in data["benchmarks"]:
+        if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        m = NAME.match(b["name"])
+        if not m:
+            continue
+        impl, n, mm, d, causal = m.group(1), *map(int, m.groups()[1:])
+        rows[(impl, n, mm, d, causal)] = {
+            "ms": b["real_time"] if b["time_unit"] == "ms" else b["real_time"] / 1e6,
+            "gflops": b["GFLOP/s"] / 1e9,
+            "label": b.get("label", ""),
+        }
+    return data.get("context", {}), rows
+
+
+def table(rows):
+    configs = sorted({k[1:] for k in rows}, key=lambda c: (c[2], c[3], c[0] == 1, c[0], c[1]))
+    impls = [i for i in IMPLS if any(k[0] == i for k in rows)]
+    out = ["| n | m | d | causal | " + " | ".join(LABELS[i] for i in impls) + " |",
+           "|---|---|---|---|" + "---|" * len(impls)]
+    for n, m, d, causal in configs:
+        cells = []
+        for i in impls:
+            r = rows.get((i, n, m, d, causal))
+            cells.append(f"{r['ms']:.3g} ms, {r['gflops']:.0f}" if r else "")
+        out.append(f"| {n} | {m} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def plots(rows, outdir):
+    import matplotlib
+    matplotlib.use("svg")
+    matplotlib.rcParams["svg.hashsalt"] = "qkv"  # reproducible files
+    import matplotlib.pyplot as plt
+
+    os.makedirs(outdir, exist_ok=True)
+    for d in sorted({k[3] for k in rows}):
+        fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+        for ax, causal in zip(axes, (0, 1)):
+            for impl in IMPLS:
+                pts = sorted((k[1], v["gflops"]) for k, v in rows.items()
+                             if k[0] == impl and k[3] == d and k[4] == causal and k[1] == k[2])
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=LABELS[impl])
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("sequence length T (n = m = T)")
+            ax.set_title(f"d = {d}, {'causal' if causal else 'no mask'}")
+            ax.grid(True, alpha=0.3)
+        axes[0].set_ylabel("GFLOP/s (4·d per visible pair), one thread")
+        axes[1].legend(fontsize=8)
+        fig.tight_layout()
+        path = os.path.join(outdir, f"attention_d{d}.svg")
+        fig.savefig(path, metadata={"Date": None})
+        plt.close(fig)
+        print("wrote", path)
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    context, rows = load(sys.argv[1])
+    if "--table" in sys.argv:
+        print(table(rows))
+    else:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        plots(rows, os.path.join(root, "docs", "img"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
