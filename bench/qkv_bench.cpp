@@ -10,29 +10,16 @@ namespace {
 
 using namespace qkv;
 
-void fused_attention(benchmark::State& state, const bench::config& c) {
+// The expression, evaluated by the strategy named.
+template <class Strategy>
+void expression(benchmark::State& state, const bench::config& c) {
   bench::inputs in(c);
   const float dk = float(c.d);
   for (auto _ : state) {
     if (c.causal) {
-      eval_into(in.O, softmax(causal(in.Q * transpose(in.K) / sqrt(dk))) * in.V, fused);
+      eval_into(in.O, softmax(causal(in.Q * transpose(in.K) / sqrt(dk))) * in.V, Strategy{});
     } else {
-      eval_into(in.O, softmax(in.Q * transpose(in.K) / sqrt(dk)) * in.V, fused);
-    }
-    benchmark::DoNotOptimize(in.O.data());
-  }
-  bench::set_counters(state, c);
-  state.SetLabel(active_arch());
-}
-
-void naive_attention(benchmark::State& state, const bench::config& c) {
-  bench::inputs in(c);
-  const float dk = float(c.d);
-  for (auto _ : state) {
-    if (c.causal) {
-      eval_into(in.O, softmax(causal(in.Q * transpose(in.K) / sqrt(dk))) * in.V, naive);
-    } else {
-      eval_into(in.O, softmax(in.Q * transpose(in.K) / sqrt(dk)) * in.V, naive);
+      eval_into(in.O, softmax(in.Q * transpose(in.K) / sqrt(dk)) * in.V, Strategy{});
     }
     benchmark::DoNotOptimize(in.O.data());
   }
@@ -59,9 +46,9 @@ void kernel_direct(benchmark::State& state, const bench::config& c) {
 }
 
 const int registered = [] {
-  bench::register_all("qkv_fused", fused_attention);
+  bench::register_all("qkv_fused", expression<fused_t>);
   bench::register_all("qkv_kernel", kernel_direct);
-  bench::register_all("qkv_naive", naive_attention);
+  bench::register_all("qkv_naive", expression<naive_t>);
   return 0;
 }();
 

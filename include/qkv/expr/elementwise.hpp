@@ -14,10 +14,12 @@ enum class elementwise_op { add, subtract };
 
 template <class A, class B, elementwise_op Op>
 class elementwise_expr
-    : public detail::node<value_type_t<A>, common_extent(detail::bare_t<A>::static_rows, detail::bare_t<B>::static_rows),
-                          common_extent(detail::bare_t<A>::static_cols, detail::bare_t<B>::static_cols)> {
+    : public detail::binary<A, B, common_extent(detail::bare_t<A>::static_rows, detail::bare_t<B>::static_rows),
+                            common_extent(detail::bare_t<A>::static_cols, detail::bare_t<B>::static_cols)> {
   using a_t = detail::bare_t<A>;
   using b_t = detail::bare_t<B>;
+  using base = detail::binary<A, B, common_extent(a_t::static_rows, b_t::static_rows),
+                              common_extent(a_t::static_cols, b_t::static_cols)>;
   static_assert(element<value_type_t<A>>, "qkv: A + B, A - B: A must be a float or double matrix (bool is for masks)");
   static_assert(std::is_same_v<value_type_t<A>, value_type_t<B>>, "qkv: A + B, A - B: A and B have different element types");
   static_assert(static_extents_agree<a_t::static_rows, b_t::static_rows>, "qkv: A + B, A - B: the rows of A differ from the rows of B");
@@ -27,21 +29,12 @@ class elementwise_expr
   static constexpr elementwise_op op = Op;
 
   template <class L, class R>
-  elementwise_expr(L&& a, R&& b) : a_(std::forward<L>(a)), b_(std::forward<R>(b)) {
-    const char* what = Op == elementwise_op::add ? "A + B: the shapes differ" : "A - B: the shapes differ";
-    detail::require_equal(a_.rows(), b_.rows(), what, a_.rows(), a_.cols(), b_.rows(), b_.cols());
-    detail::require_equal(a_.cols(), b_.cols(), what, a_.rows(), a_.cols(), b_.rows(), b_.cols());
+  elementwise_expr(L&& a, R&& b) : base(std::forward<L>(a), std::forward<R>(b)) {
+    detail::require_same_shape(this->lhs(), this->rhs(), Op == elementwise_op::add ? "A + B: the shapes differ" : "A - B: the shapes differ");
   }
 
-  std::size_t rows() const { return a_.rows(); }
-  std::size_t cols() const { return a_.cols(); }
-  const a_t& lhs() const { return a_; }
-  const b_t& rhs() const { return b_; }
-  auto operands() const { return std::tie(a_, b_); }
-
- private:
-  A a_;
-  B b_;
+  std::size_t rows() const { return this->lhs().rows(); }
+  std::size_t cols() const { return this->lhs().cols(); }
 };
 
 template <expression A, expression B>

@@ -23,7 +23,7 @@ class causal_expr : public detail::same_shape_unary<S> {
 // Masks S(i, j) where M(i, j) is false.
 template <class S, class M>
 class masked_expr
-    : public detail::node<value_type_t<S>, detail::bare_t<S>::static_rows, detail::bare_t<S>::static_cols> {
+    : public detail::binary<S, M, detail::bare_t<S>::static_rows, detail::bare_t<S>::static_cols> {
   using s_t = detail::bare_t<S>;
   using m_t = detail::bare_t<M>;
   static_assert(element<value_type_t<S>>, "qkv: masked(S, M): S must be a float or double matrix");
@@ -34,21 +34,15 @@ class masked_expr
 
  public:
   template <class A, class B>
-  masked_expr(A&& s, B&& m) : s_(std::forward<A>(s)), m_(std::forward<B>(m)) {
-    const char* what = "masked(S, M): the shapes of S and M differ";
-    detail::require_equal(s_.rows(), m_.rows(), what, s_.rows(), s_.cols(), m_.rows(), m_.cols());
-    detail::require_equal(s_.cols(), m_.cols(), what, s_.rows(), s_.cols(), m_.rows(), m_.cols());
+  masked_expr(A&& s, B&& m)
+      : detail::binary<S, M, s_t::static_rows, s_t::static_cols>(std::forward<A>(s), std::forward<B>(m)) {
+    detail::require_same_shape(arg(), mask(), "masked(S, M): the shapes of S and M differ");
   }
 
-  std::size_t rows() const { return s_.rows(); }
-  std::size_t cols() const { return s_.cols(); }
-  const s_t& arg() const { return s_; }
-  const m_t& mask() const { return m_; }
-  auto operands() const { return std::tie(s_, m_); }
-
- private:
-  S s_;
-  M m_;
+  std::size_t rows() const { return arg().rows(); }
+  std::size_t cols() const { return arg().cols(); }
+  const s_t& arg() const { return this->lhs(); }
+  const m_t& mask() const { return this->rhs(); }
 };
 
 template <expression S>

@@ -35,4 +35,20 @@ class same_shape_unary : public node<value_type_t<X>, bare_t<X>::static_rows, ba
   X arg_;
 };
 
+// A node of two operands; the derived node checks their shapes.
+template <class A, class B, std::size_t R, std::size_t C>
+class binary : public node<value_type_t<A>, R, C> {
+ public:
+  template <class L, class M>
+  binary(L&& a, M&& b) : a_(std::forward<L>(a)), b_(std::forward<M>(b)) {}
+
+  const bare_t<A>& lhs() const { return a_; }
+  const bare_t<B>& rhs() const { return b_; }
+  auto operands() const { return std::tie(a_, b_); }
+
+ private:
+  A a_;
+  B b_;
+};
+
 }  // namespace qkv::detail

@@ -12,7 +12,7 @@ namespace qkv {
 
 template <class A, class B>
 class product_expr
-    : public detail::node<value_type_t<A>, detail::bare_t<A>::static_rows, detail::bare_t<B>::static_cols> {
+    : public detail::binary<A, B, detail::bare_t<A>::static_rows, detail::bare_t<B>::static_cols> {
   using a_t = detail::bare_t<A>;
   using b_t = detail::bare_t<B>;
   static_assert(element<value_type_t<A>>, "qkv: A * B: A must be a float or double matrix (bool is for masks)");
@@ -21,20 +21,13 @@ class product_expr
 
  public:
   template <class L, class R>
-  product_expr(L&& a, R&& b) : a_(std::forward<L>(a)), b_(std::forward<R>(b)) {
-    detail::require_equal(a_.cols(), b_.rows(), "A * B: the columns of A differ from the rows of B", a_.rows(),
-                          a_.cols(), b_.rows(), b_.cols());
+  product_expr(L&& a, R&& b) : detail::binary<A, B, a_t::static_rows, b_t::static_cols>(std::forward<L>(a), std::forward<R>(b)) {
+    detail::require_equal(this->lhs().cols(), this->rhs().rows(), "A * B: the columns of A differ from the rows of B",
+                          this->lhs().rows(), this->lhs().cols(), this->rhs().rows(), this->rhs().cols());
   }
 
-  std::size_t rows() const { return a_.rows(); }
-  std::size_t cols() const { return b_.cols(); }
-  const a_t& lhs() const { return a_; }
-  const b_t& rhs() const { return b_; }
-  auto operands() const { return std::tie(a_, b_); }
-
- private:
-  A a_;
-  B b_;
+  std::size_t rows() const { return this->lhs().rows(); }
+  std::size_t cols() const { return this->rhs().cols(); }
 };
 
 template <expression A, expression B>

@@ -20,6 +20,13 @@ inline void require_equal(std::size_t a, std::size_t b, const char* what, std::s
   }
 }
 
+// Throws when two operands that must have one shape do not.
+template <class A, class B>
+void require_same_shape(const A& a, const B& b, const char* what) {
+  require_equal(a.rows(), b.rows(), what, a.rows(), a.cols(), b.rows(), b.cols());
+  require_equal(a.cols(), b.cols(), what, a.rows(), a.cols(), b.rows(), b.cols());
+}
+
 // Throws when a dynamic value given for an extent contradicts its static one.
 inline void require_extent(std::size_t static_extent, std::size_t given, const char* what) {
   if (is_static(static_extent) && static_extent != given) {
