@@ -1,0 +1,42 @@
+# Builds and runs tests/consumer/ against qkv, one way per MODE:
+#   package        cmake --install into a fresh prefix, then find_package(qkv 0.1)
+#   subdirectory   add_subdirectory of the source tree
+#   pkg-config     the installed qkv.pc, with the compiler alone
+# Arguments: -DMODE=... -DQKV_SOURCE=... -DQKV_BUILD=... -DWORK=... -DCXX=...
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed: ${ARGV}\n${out}")
+  endif()
+  set(last_output "${out}" PARENT_SCOPE)
+endfunction()
+
+set(consumer ${QKV_SOURCE}/tests/consumer)
+if(MODE STREQUAL "subdirectory")
+  run(${CMAKE_COMMAND} -S ${consumer} -B ${WORK}/build -DCMAKE_CXX_COMPILER=${CXX} -DQKV_SOURCE_DIR=${QKV_SOURCE}
+      -DCMAKE_BUILD_TYPE=Release)
+  run(${CMAKE_COMMAND} --build ${WORK}/build -j 2)
+  run(${WORK}/build/consumer)
+else()
+  run(${CMAKE_COMMAND} --install ${QKV_BUILD} --prefix ${WORK}/prefix)
+  if(MODE STREQUAL "package")
+    run(${CMAKE_COMMAND} -S ${consumer} -B ${WORK}/build -DCMAKE_CXX_COMPILER=${CXX}
+        -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=Release)
+    run(${CMAKE_COMMAND} --build ${WORK}/build)
+    run(${WORK}/build/consumer)
+  else()
+    find_program(PKG_CONFIG pkg-config REQUIRED)
+    file(GLOB_RECURSE pc ${WORK}/prefix/qkv.pc)
+    get_filename_component(pcdir "${pc}" DIRECTORY)
+    set(ENV{PKG_CONFIG_PATH} ${pcdir})
+    run(${PKG_CONFIG} --cflags --libs qkv)
+    string(STRIP "${last_output}" flags)
+    separate_arguments(flags UNIX_COMMAND "${flags}")
+    run(${CXX} -O2 ${consumer}/main.cpp ${flags} -o ${WORK}/consumer)
+    run(${WORK}/consumer)
+  endif()
+endif()
+message(STATUS "${MODE}: ${last_output}")
