@@ -15,6 +15,7 @@
 #include "expr/mask.hpp"
 #include "eval/strategy.hpp"
 #include "eval/eval.hpp"
+#include "eval/cost.hpp"
 #include "kernels/api.hpp"
 
 namespace qkv {

@@ -37,6 +37,11 @@ class elementwise_expr
   std::size_t cols() const { return this->lhs().cols(); }
 };
 
+template <class E>
+inline constexpr bool is_elementwise_v = false;
+template <class A, class B, elementwise_op Op>
+inline constexpr bool is_elementwise_v<elementwise_expr<A, B, Op>> = true;
+
 template <expression A, expression B>
 auto operator+(A&& a, B&& b) {
   return elementwise_expr<detail::closure_t<A&&>, detail::closure_t<B&&>, elementwise_op::add>(std::forward<A>(a),

@@ -30,6 +30,11 @@ class product_expr
   std::size_t cols() const { return this->rhs().cols(); }
 };
 
+template <class E>
+inline constexpr bool is_product_v = false;
+template <class A, class B>
+inline constexpr bool is_product_v<product_expr<A, B>> = true;
+
 template <expression A, expression B>
 auto operator*(A&& a, B&& b) {
   return product_expr<detail::closure_t<A&&>, detail::closure_t<B&&>>(std::forward<A>(a), std::forward<B>(b));

@@ -26,6 +26,11 @@ class scaled_expr : public detail::same_shape_unary<X> {
   [[no_unique_address]] S s_;
 };
 
+template <class E>
+inline constexpr bool is_scaled_v = false;
+template <class X, class S, scale_op Op>
+inline constexpr bool is_scaled_v<scaled_expr<X, S, Op>> = true;
+
 template <expression X, scalar S>
 auto operator*(X&& x, S s) {
   return scaled_expr<detail::closure_t<X&&>, S, scale_op::multiply>(std::forward<X>(x), s);

@@ -1,0 +1,163 @@
+// qkv::cost(e): what evaluating e costs, before running it: arithmetic,
+// exponentials, and the memory each strategy allocates beyond e's inputs and
+// output. It reads node types and extents only, so for static shapes it is a
+// constant expression: constexpr auto c = qkv::static_cost<decltype(e)>();
+//
+// Conventions: a product of n×k by k×m is 2·n·k·m FLOPs; scaling and sums 1
+// per element; softmax 4 per element (maximum, subtraction, sum, division)
+// and one exponential; masks none. FLOPs are those of the formula as written
+// (a fused causal evaluation skips about half of them). Bytes are the
+// intermediates a strategy materialises and, for a fused attention, its
+// packed K and V and its score and output blocks (padding aside); the small,
+// bounded packing buffers of the matrix product are not counted.
+#pragma once
+
+#include "fused.hpp"
+
+#include <cstddef>
+
+namespace qkv {
+
+struct cost_estimate {
+  std::size_t flops = 0;
+  std::size_t exps = 0;
+  std::size_t naive_bytes = 0;  // by eval(e, qkv::naive)
+  std::size_t fused_bytes = 0;  // by eval(e), fused wherever e has a fused form
+
+  constexpr cost_estimate& operator+=(const cost_estimate& o) {
+    flops += o.flops, exps += o.exps, naive_bytes += o.naive_bytes, fused_bytes += o.fused_bytes;
+    return *this;
+  }
+  friend constexpr bool operator==(const cost_estimate&, const cost_estimate&) = default;
+};
+
+namespace detail {
+
+// A node's extents: the static ones where it has them, else read from the
+// node (which is then never null).
+template <class E>
+constexpr std::size_t rows_of(const E* e) {
+  if constexpr (is_static(E::static_rows)) return E::static_rows;
+  else return e->rows();
+}
+template <class E>
+constexpr std::size_t cols_of(const E* e) {
+  if constexpr (is_static(E::static_cols)) return E::static_cols;
+  else return e->cols();
+}
+
+// Operands of a node, or null for a type-only walk.
+template <class E>
+constexpr auto arg_of(const E* e) {
+  return e == nullptr ? nullptr : &e->arg();
+}
+template <class E>
+constexpr auto lhs_of(const E* e) {
+  return e == nullptr ? nullptr : &e->lhs();
+}
+template <class E>
+constexpr auto rhs_of(const E* e) {
+  return e == nullptr ? nullptr : &e->rhs();
+}
+
+// What the evaluators read in place: storage, and transposes of it.
+template <class E>
+inline constexpr bool viewable = leaf<E>;
+template <class X>
+inline constexpr bool viewable<transpose_expr<X>> = viewable<bare_t<X>>;
+
+// The fused kernel's own buffers (attention.hpp), padding aside.
+template <class T>
+constexpr std::size_t fused_workspace(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
+  if (n <= 4) return (m + 2 * dv) * sizeof(T);                            // decoding
+  return (m * (dk + dv) + 64 * 256 + 64 * dv + 2 * 64) * sizeof(T);       // packed K, V; blocks
+}
+
+template <class E>
+constexpr cost_estimate cost_of(const E* e, bool materialised);
+
+// Bytes a fused evaluation spends on a score chain's operands (Q, K and a
+// bias that are not storage get evaluated into buffers).
+template <class S>
+constexpr std::size_t chain_operand_bytes(const S* s) {
+  if constexpr (is_product_v<S>) {
+    return cost_of(lhs_of(s), true).fused_bytes + cost_of(arg_of(rhs_of(s)), true).fused_bytes;
+  } else if constexpr (is_elementwise_v<S>) {
+    if constexpr (score_chain<S>::left) {
+      return chain_operand_bytes(lhs_of(s)) + cost_of(rhs_of(s), true).fused_bytes;
+    } else {
+      return chain_operand_bytes(rhs_of(s)) + cost_of(lhs_of(s), true).fused_bytes;
+    }
+  } else {
+    return chain_operand_bytes(arg_of(s));  // scaled, causal, masked
+  }
+}
+
+// The head size of a score chain: the columns of its Q.
+template <class S>
+constexpr std::size_t chain_dk(const S* s) {
+  if constexpr (is_product_v<S>) {
+    return cols_of(lhs_of(s));
+  } else if constexpr (is_elementwise_v<S>) {
+    if constexpr (score_chain<S>::left) return chain_dk(lhs_of(s));
+    else return chain_dk(rhs_of(s));
+  } else {
+    return chain_dk(arg_of(s));
+  }
+}
+
+// The cost of e. `materialised`: e's value gets a buffer of its own (it is
+// an operand of a product, say), rather than being written in place into its
+// parent's buffer or into the output.
+template <class E>
+constexpr cost_estimate cost_of(const E* e, bool materialised) {
+  using T = value_type_t<E>;
+  cost_estimate c;
+  if constexpr (!leaf<E>) {
+    const std::size_t n = rows_of(e), m = cols_of(e);
+    if (materialised && !viewable<E>) c.naive_bytes = c.fused_bytes = n * m * sizeof(T);
+    if constexpr (is_transpose_v<E>) {
+      c += cost_of(arg_of(e), true);
+    } else if constexpr (is_product_v<E>) {
+      const cost_estimate a = cost_of(lhs_of(e), true), b = cost_of(rhs_of(e), true);
+      c.flops += 2 * n * cols_of(lhs_of(e)) * m + a.flops + b.flops;
+      c.exps += a.exps + b.exps;
+      c.naive_bytes += a.naive_bytes + b.naive_bytes;
+      if constexpr (fused_form<E>::value) {
+        // softmax(S) * V in one loop nest: no score matrix, only the
+        // kernel's buffers and whatever Q, K, V and a bias need.
+        const auto* s = arg_of(lhs_of(e));
+        c.fused_bytes += chain_operand_bytes(s) + b.fused_bytes + fused_workspace<T>(n, cols_of(s), chain_dk(s), m);
+      } else {
+        c.fused_bytes += a.fused_bytes + b.fused_bytes;
+      }
+    } else if constexpr (is_elementwise_v<E>) {
+      c.flops += n * m;
+      c += cost_of(lhs_of(e), false);
+      c += cost_of(rhs_of(e), true);
+    } else {
+      // scaled, softmax, causal, masked: in place on their operand's values.
+      if constexpr (is_softmax_v<E>) c.flops += 4 * n * m, c.exps += n * m;
+      if constexpr (is_scaled_v<E>) c.flops += n * m;
+      c += cost_of(arg_of(e), false);
+    }
+  }
+  return c;
+}
+
+}  // namespace detail
+
+// What evaluating e costs (the conventions are at the top of this file).
+template <expression E>
+constexpr cost_estimate cost(const E& e) {
+  return detail::cost_of(&e, false);
+}
+
+// The same from the type alone; a constant expression when every extent in
+// E is static.
+template <class E>
+constexpr cost_estimate static_cost() {
+  return detail::cost_of(static_cast<const detail::bare_t<E>*>(nullptr), false);
+}
+
+}  // namespace qkv
