@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing (Debian 12 packages), builds, and runs either the
 # worked example or the whole test suite.
-#   tools/quickstart.sh example    build and run examples/worked_example
+#   tools/quickstart.sh example    build and run the tour (examples/tour.cpp)
 #   tools/quickstart.sh test       build and run every test (what CI runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,8 +35,8 @@ build=${QKV_BUILD_DIR:-build}
 jobs=$(nproc 2>/dev/null || echo 2)
 if [ "$what" = example ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=OFF -DQKV_BUILD_EXAMPLES=ON >/dev/null
-  cmake --build "$build" -j "$jobs" --target worked_example
-  "$build/examples/worked_example"
+  cmake --build "$build" -j "$jobs" --target tour
+  "$build/examples/tour"
 else
   echo "== release build: every test, every instruction set (forced and under qemu)"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
@@ -45,7 +45,7 @@ else
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
   cmake -S . -B "$build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQKV_SANITIZE=ON -DQKV_BUILD_TESTS=ON \
     -DQKV_BUILD_EXAMPLES=ON >/dev/null
-  cmake --build "$build-sanitize" -j "$jobs" --target qkv_tests worked_example causal_views
+  cmake --build "$build-sanitize" -j "$jobs" --target qkv_tests worked_example causal_views tour
   # qemu runs and compile-fail checks do not depend on the build flags; the release run covers them.
   ctest --test-dir "$build-sanitize" -j "$jobs" --output-on-failure -LE "qemu|compile_fail" \
     -E headers_compile_alone
@@ -53,7 +53,7 @@ else
     echo "== AArch64 (NEON) cross build, run under qemu-aarch64"
     cmake -S . -B "$build-aarch64" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
       -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
-    cmake --build "$build-aarch64" -j "$jobs" --target qkv_tests worked_example causal_views
+    cmake --build "$build-aarch64" -j "$jobs" --target qkv_tests worked_example causal_views tour
     ctest --test-dir "$build-aarch64" -j "$jobs" --output-on-failure -LE compile_fail -E headers_compile_alone
   fi
 fi

@@ -1,0 +1,215 @@
+// A tour of qkv along the lecture on scaled dot-product attention: the
+// worked example (§5), self-test (d), the √dk variance argument measured (§4,
+// self-test (c)), the bill of self-test (e), and fused against naive timing.
+//   tour                 print everything
+//   tour --svg DIR       also write pictures into DIR
+//   tour --max-t N       time sequence lengths up to N only (default 4096)
+#include "svg.hpp"
+
+#include <qkv/qkv.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+using namespace qkv;
+
+namespace {
+
+using dmat = matrix<double, dyn, dyn>;
+
+template <class M>
+void print_row(const char* label, const M& m, std::size_t row = 0) {
+  std::printf("  %-36s (", label);
+  for (std::size_t j = 0; j < m.cols(); ++j) std::printf(j ? ", %.6f" : "%.6f", m(row, j));
+  std::printf(")\n");
+}
+
+void worked_example() {
+  std::printf("§5  The worked example: three keys and values in d_k = d_v = 2, the query (1, 0)\n");
+  const matrix<double, 3, 2> K{{1, 0}, {0, 1}, {1, 1}};
+  const matrix<double, 3, 2> V{{10, 0}, {0, 10}, {5, 5}};
+  const matrix<double, 1, 2> q{{1, 0}};
+  print_row("scores      q K^T", eval(q * transpose(K)));
+  print_row("scaled      q K^T / sqrt(2)", eval(q * transpose(K) / sqrt(dim<2>)));
+  print_row("weights     softmax(q K^T / sqrt(2))", eval(softmax(q * transpose(K) / sqrt(dim<2>))));
+  print_row("output      Attn(q, K, V)", eval(softmax(q * transpose(K) / sqrt(dim<2>)) * V));
+  std::printf("  (the lecture rounds the weights to 0.401, 0.198, 0.401 first and prints (6.015, 3.985))\n");
+  print_row("§5.1 weights without the scale", eval(softmax(q * transpose(K))));
+
+  std::printf("\nSelf-test (d): the query (0, 1)\n");
+  const matrix<double, 1, 2> q2{{0, 1}};
+  print_row("weights", eval(softmax(q2 * transpose(K) / sqrt(dim<2>))));
+  print_row("output", eval(softmax(q2 * transpose(K) / sqrt(dim<2>)) * V));
+  std::printf("  Keys 2 and 3 tie for the largest weight: both have (0, 1)·k = 1, the mirror of §5.\n");
+}
+
+// n×d matrix of independent normal coordinates with variance sigma².
+dmat normal(std::size_t n, std::size_t d, double sigma, std::mt19937_64& gen) {
+  dmat x(n, d);
+  const double two_pi = 6.283185307179586;
+  for (std::size_t k = 0; k < n * d; k += 2) {  // Box-Muller: portable, unlike std::normal_distribution
+    const double u1 = (double(gen() >> 11) + 1) / 9007199254740993.0, u2 = double(gen() >> 11) / 9007199254740992.0;
+    const double r = sigma * std::sqrt(-2 * std::log(u1));
+    x.data()[k] = r * std::cos(two_pi * u2);
+    if (k + 1 < n * d) x.data()[k + 1] = r * std::sin(two_pi * u2);
+  }
+  return x;
+}
+
+double std_dev(const dmat& s) {
+  double sum = 0, sq = 0;
+  for (std::size_t k = 0; k < s.size(); ++k) sum += s.data()[k], sq += s.data()[k] * s.data()[k];
+  const double mean = sum / double(s.size());
+  return std::sqrt(sq / double(s.size()) - mean * mean);
+}
+
+// Mean over rows of the largest weight, and of the entropy in nats.
+std::pair<double, double> concentration(const dmat& p) {
+  double top = 0, entropy = 0;
+  for (std::size_t i = 0; i < p.rows(); ++i) {
+    double mx = 0, h = 0;
+    for (std::size_t j = 0; j < p.cols(); ++j) {
+      mx = std::max(mx, p(i, j));
+      if (p(i, j) > 0) h -= p(i, j) * std::log(p(i, j));
+    }
+    top += mx, entropy += h;
+  }
+  return {top / double(p.rows()), entropy / double(p.rows())};
+}
+
+void variance_argument(const char* svg_dir) {
+  constexpr std::size_t n = 256;
+  std::printf("\n§4  Why divide by sqrt(d_k): %zu queries against %zu keys, coordinates N(0, 1)\n", n, n);
+  std::printf("  (a uniform row of %zu weights has largest weight %.4f and entropy ln %zu = %.2f nats)\n", n, 1.0 / n,
+              n, std::log(double(n)));
+  std::printf("  %5s | %9s %12s | %-25s | %-21s\n", "d_k", "std(qk)", "std(qk/sqrt)", "largest weight raw/scaled",
+              "entropy raw/scaled");
+  std::mt19937_64 gen(2017);
+  for (std::size_t dk : {2, 8, 64, 512}) {
+    const dmat Q = normal(n, dk, 1, gen), K = normal(n, dk, 1, gen);
+    const double s = std::sqrt(double(dk));
+    const dmat raw = eval(Q * transpose(K)), scaled = eval(Q * transpose(K) / s);
+    const auto [top_raw, h_raw] = concentration(eval(softmax(Q * transpose(K))));
+    const auto [top_scaled, h_scaled] = concentration(eval(softmax(Q * transpose(K) / s)));
+    std::printf("  %5zu | %9.3f %12.3f | %11.3f / %-11.3f | %9.2f / %-9.2f   (sqrt(d_k) = %.2f)\n", dk, std_dev(raw),
+                std_dev(scaled), top_raw, top_scaled, h_raw, h_scaled, s);
+    if (svg_dir != nullptr && dk == 64) {
+      for (bool with_scale : {false, true}) {
+        const dmat p = with_scale ? eval(softmax(Q * transpose(K) / s)) : eval(softmax(Q * transpose(K)));
+        constexpr std::size_t k = 24;
+        std::vector<double> w(k * k);
+        for (std::size_t i = 0; i < k; ++i)
+          for (std::size_t j = 0; j < k; ++j) w[i * k + j] = p(i, j) * 8;  // ×8: small weights stay visible
+        const std::string path = std::string(svg_dir) + (with_scale ? "/weights_scaled.svg" : "/weights_raw.svg");
+        tour::heatmap_svg(path, with_scale ? "softmax(QK^T/8), d_k = 64: 24×24 weights (×8)" : "softmax(QK^T), d_k = 64: 24×24 weights (×8)", w, k, k);
+        std::printf("        wrote %s\n", path.c_str());
+      }
+    }
+  }
+  std::printf("  Unscaled, the scores spread as sqrt(d_k) and each row locks onto one key; scaled, they\n"
+              "  keep unit variance and the weights stay spread out for every d_k.\n");
+
+  std::printf("\nSelf-test (c): coordinates of variance sigma² = 4: Var(q·k) = sigma⁴·d_k, so divide by sigma²·sqrt(d_k)\n");
+  for (std::size_t dk : {8, 64}) {
+    const dmat Q = normal(n, dk, 2, gen), K = normal(n, dk, 2, gen);
+    const double s = std::sqrt(double(dk));
+    std::printf("  d_k = %3zu: std(qk) = %7.3f (sigma²·sqrt(d_k) = %6.2f), std(qk/sqrt(d_k)) = %.3f, std(qk/(sigma²·sqrt(d_k))) = %.3f\n",
+                dk, std_dev(eval(Q * transpose(K))), 4 * s, std_dev(eval(Q * transpose(K) / s)),
+                std_dev(eval(Q * transpose(K) / (4 * s))));
+  }
+}
+
+template <std::size_t T, std::size_t D>
+using head_t = decltype(softmax(std::declval<const matrix<float, T, D>&>() *
+                                transpose(std::declval<const matrix<float, T, D>&>()) / sqrt(dim<D>)) *
+                        std::declval<const matrix<float, T, D>&>());
+
+void bill() {
+  std::printf("\nSelf-test (e): T = 4096, d = 4096, as h = 32 heads of d_k = 128 or one head of 4096 (qkv::cost)\n");
+  constexpr cost_estimate head = static_cost<head_t<4096, 128>>();
+  constexpr cost_estimate single = static_cost<head_t<4096, 4096>>();
+  std::printf("  %-20s %8s %14s %28s %22s\n", "", "GFLOP", "exponentials", "naive: score matrices", "fused: buffers");
+  std::printf("  %-20s %8.1f %14.3g %14.0f MiB (%2.0f a head) %13.1f MiB a head\n", "h = 32, d_k = 128",
+              32 * head.flops / 1e9, 32.0 * double(head.exps), 32 * head.naive_bytes / 1048576.0,
+              head.naive_bytes / 1048576.0, head.fused_bytes / 1048576.0);
+  std::printf("  %-20s %8.1f %14.3g %14.0f MiB %11s %13.1f MiB\n", "h = 1, d_k = 4096", single.flops / 1e9,
+              double(single.exps), single.naive_bytes / 1048576.0, "", single.fused_bytes / 1048576.0);
+  std::printf("  The products cost the same (4·T²·d); 32 heads pay 32 softmaxes and, all heads evaluated\n"
+              "  naively at once, 32 score matrices: 2 GiB against 64 MiB. Fused, none is stored; what is\n"
+              "  left is the packed K and V of the head at hand.\n");
+}
+
+template <class F>
+double best_ms(F f, int runs) {
+  double best = 1e300;
+  for (int r = 0; r < runs; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+void timing(const char* svg_dir, std::size_t max_t) {
+  std::printf("\nFused against naive: softmax(Q K^T / sqrt(64)) V, n = m = T, d = 64, float, one thread, %s kernels\n",
+              active_arch());
+  std::printf("  %6s %12s %12s %9s %16s %16s\n", "T", "fused ms", "naive ms", "speed-up", "fused MiB", "naive MiB");
+  std::vector<double> ts, fused_ms, naive_ms;
+  std::mt19937_64 gen(7);
+  for (std::size_t T : {256, 512, 1024, 2048, 4096}) {
+    if (T > max_t) break;
+    if (isatty(fileno(stdout))) {  // progress, on a terminal
+      std::printf("  %6zu  measuring...\r", T);
+      std::fflush(stdout);
+    }
+    matrix<float, dyn, 64> Q(T), K(T), V(T), O(T);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto* x : {&Q, &K, &V})
+      for (std::size_t k = 0; k < x->size(); ++k) x->data()[k] = u(gen);
+    const auto e = softmax(Q * transpose(K) / sqrt(dim<64>)) * V;
+    const int runs = T <= 1024 ? 5 : 3;
+    const double f = best_ms([&] { eval_into(O, e, fused); }, runs);
+    const double nv = best_ms([&] { eval_into(O, e, naive); }, runs);
+    const cost_estimate c = cost(e);
+    std::printf("  %6zu %12.3f %12.3f %8.2fx %16.2f %16.2f\n", T, f, nv, nv / f, c.fused_bytes / 1048576.0,
+                c.naive_bytes / 1048576.0);
+    ts.push_back(double(T)), fused_ms.push_back(f), naive_ms.push_back(nv);
+  }
+  if (svg_dir != nullptr) {
+    const std::string path = std::string(svg_dir) + "/fused_vs_naive.svg";
+    tour::line_chart_svg(path, "softmax(QK^T/8)V, d = 64: time (best of 3 or 5)", "ms", ts,
+                         {{"fused", "#1f77b4", fused_ms}, {"naive", "#d62728", naive_ms}});
+    std::printf("  wrote %s\n", path.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* svg_dir = nullptr;
+  std::size_t max_t = 4096;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--svg") == 0 && i + 1 < argc) {
+      svg_dir = argv[++i];
+    } else if (std::strcmp(argv[i], "--max-t") == 0 && i + 1 < argc) {
+      max_t = std::strtoul(argv[++i], nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: tour [--svg DIR] [--max-t N]\n");
+      return 2;
+    }
+  }
+  worked_example();
+  variance_argument(svg_dir);
+  bill();
+  timing(svg_dir, max_t);
+  std::printf("\nkernels: %s\n", active_arch());
+}
