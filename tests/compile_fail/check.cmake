@@ -3,6 +3,7 @@
 # with exactly one error, whose text contains EXPECT (a regex), and with
 # EXTENTS (a regex, optional) somewhere in the diagnostic.
 # Arguments: -DCXX=... -DSOURCE=... -DINCLUDES="a;b" -DEXPECT=... [-DEXTENTS=...]
+cmake_minimum_required(VERSION 3.25)
 set(flags -std=c++20 -fsyntax-only)
 foreach(dir IN LISTS INCLUDES)
   list(APPEND flags -I${dir})

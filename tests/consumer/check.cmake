@@ -3,6 +3,7 @@
 #   subdirectory   add_subdirectory of the source tree
 #   pkg-config     the installed qkv.pc, with the compiler alone
 # Arguments: -DMODE=... -DQKV_SOURCE=... -DQKV_BUILD=... -DWORK=... -DCXX=...
+cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 
