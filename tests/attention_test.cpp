@@ -288,3 +288,37 @@ TEST_CASE("NaN in one query row poisons only that output row", "[attention]") {
   for (std::size_t i = 0; i < 4; ++i)
     for (std::size_t j = 0; j < 8; ++j) CHECK(std::isnan(O(i, j)) == (i == 2));
 }
+
+TEST_CASE("empty extents: no keys, no queries, zero-width heads", "[attention]") {
+  const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>({
+      {0, 5, 4, 3}, {5, 0, 4, 3}, {5, 7, 0, 3}, {5, 7, 4, 0}, {2, 0, 4, 3}, {2, 7, 0, 3}, {70, 7, 0, 3}, {70, 0, 8, 8},
+  }));
+  INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv);
+  ref::rng rng(31);
+  matrix<float, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv);
+  rng.fill(Q);
+  rng.fill(K);
+  rng.fill(V);
+  for (const auto& O : {eval(softmax(Q * transpose(K)) * V, naive), eval(softmax(Q * transpose(K)) * V, fused),
+                        eval(softmax(causal(Q * transpose(K))) * V, fused)}) {
+    REQUIRE(O.rows() == n);
+    REQUIRE(O.cols() == dv);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t l = 0; l < dv; ++l) {
+        if (m == 0) {
+          CHECK(O(i, l) == 0.0f);  // no key to attend to: as a fully masked row
+        } else if (dk == 0) {
+          // Every score is 0: uniform weights (or a causal prefix of them), so a mean of value rows.
+          CHECK(std::isfinite(O(i, l)));
+        }
+      }
+  }
+  if (dk == 0 && m > 0 && n > 0) {
+    const auto O = eval(softmax(Q * transpose(K)) * V, fused);
+    for (std::size_t l = 0; l < dv; ++l) {
+      double mean = 0;
+      for (std::size_t j = 0; j < m; ++j) mean += V(j, l);
+      CHECK(O(0, l) == Approx(mean / double(m)).margin(1e-6));
+    }
+  }
+}
