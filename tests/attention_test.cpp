@@ -188,7 +188,7 @@ TEST_CASE("attention matches the reference over tails and n ≠ m and dk ≠ dv 
       {1, 1, 1, 1},     {1, 3, 2, 2},     {3, 1, 2, 5},       {4, 300, 64, 64},    {5, 7, 3, 3},
       {17, 17, 16, 16}, {63, 65, 64, 64}, {65, 63, 64, 17},   {1, 129, 64, 64},    {129, 3, 17, 65},
       {33, 129, 63, 1}, {7, 300, 5, 129}, {129, 129, 128, 64}, {2, 1000, 64, 32},  {67, 257, 33, 40},
-      {130, 513, 64, 64}, {200, 100, 8, 8},
+      {130, 513, 64, 64}, {200, 100, 8, 8}, {20, 300, 600, 40},  // large head: key blocks of 96
   }));
   for (variant var : {variant::plain, variant::causal, variant::random_mask, variant::empty_rows,
                       variant::block_sparse, variant::bias, variant::bias_causal}) {

@@ -30,10 +30,16 @@ struct attention_kernel {
   static constexpr std::size_t W = tile::W;
   static constexpr std::size_t MR = tile::MR;
   static constexpr std::size_t NR = tile::NR;
-  // A BR×BC block of scores is 64 KiB in float: it stays in L2 beside the
-  // packed keys and values it is computed from.
+  // A BR×BC block of scores is at most 64 KiB in float: it stays in L2 beside
+  // the packed keys and values it is computed from. BC is the most keys (up
+  // to 256) whose packed K and V panels fit in about 256 KiB of L2, so it
+  // shrinks for large heads: 256 for d_k + d_v ≤ 256 in float, 32 at 4096.
   static constexpr std::size_t BR = (64 + MR - 1) / MR * MR;
-  static constexpr std::size_t BC = 256;
+  static constexpr std::size_t BC = 256;  // the largest key block
+  static constexpr std::size_t key_block(std::size_t dk, std::size_t dv) {
+    const std::size_t fit = (262144 / sizeof(T)) / (dk + dv == 0 ? 1 : dk + dv) / NR * NR;
+    return fit < NR ? NR : (fit > BC ? BC : fit);
+  }
   static constexpr std::size_t sum_chunk = 128;
   // Up to this many queries, the GEMV-style path: packing K and V would cost
   // as much as the whole computation.
@@ -175,6 +181,7 @@ struct attention_kernel {
     T* o = s + aligned(BR * BC);
     T* row_m = o + aligned(BR * dvp);
     T* row_l = row_m + aligned(BR);
+    const std::size_t kb = key_block(dk, dv);
     tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, kp);
     tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, vp);
 
@@ -184,8 +191,8 @@ struct attention_kernel {
       for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = T(0);
       const std::size_t j_end = key_end(p, i0 + br - 1);  // the last row sees the most keys
 
-      for (std::size_t j0 = 0; j0 < j_end; j0 += BC) {
-        const std::size_t bc = min(BC, j_end - j0);
+      for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
+        const std::size_t bc = min(kb, j_end - j0);
         if (p.mask.data != nullptr && !mask_keeps_any(p, i0, br, j0, bc)) continue;
 
         // Scores of the block; rows past br read the last row again and are ignored.
