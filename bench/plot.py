@@ -14,9 +14,10 @@ import os
 import re
 import sys
 
-IMPLS = ["qkv_fused", "qkv_kernel", "qkv_naive", "openblas", "eigen"]
+IMPLS = ["qkv_fused", "qkv_fused_2threads", "qkv_kernel", "qkv_naive", "openblas", "eigen"]
 LABELS = {
     "qkv_fused": "qkv fused",
+    "qkv_fused_2threads": "qkv fused, 2 threads",
     "qkv_kernel": "qkv kernel, called directly",
     "qkv_naive": "qkv naive",
     "openblas": "OpenBLAS sgemm + softmax",

@@ -1,5 +1,6 @@
 // qkv's attention, fused and naive, and the fused kernel called directly
-// (the expression layer must cost nothing on top of it).
+// (the expression layer must cost nothing on top of it); one thread, and the
+// fused path on two.
 //   cmake -S . -B build -DQKV_BUILD_BENCHMARKS=ON && cmake --build build -j2 --target qkv_bench
 //   build/bench/qkv_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include "bench_common.hpp"
@@ -10,9 +11,10 @@ namespace {
 
 using namespace qkv;
 
-// The expression, evaluated by the strategy named.
-template <class Strategy>
+// The expression, evaluated by the strategy named, on Threads threads.
+template <class Strategy, std::size_t Threads = 1>
 void expression(benchmark::State& state, const bench::config& c) {
+  set_threads(Threads);
   bench::inputs in(c);
   const float dk = float(c.d);
   for (auto _ : state) {
@@ -29,6 +31,7 @@ void expression(benchmark::State& state, const bench::config& c) {
 
 // The kernel the fused strategy calls, without the expression layer.
 void kernel_direct(benchmark::State& state, const bench::config& c) {
+  set_threads(1);
   bench::inputs in(c);
   kernels::attention_problem<float> p;
   p.q = {in.Q.data(), c.n, c.d, std::ptrdiff_t(c.d), 1};
@@ -49,6 +52,7 @@ const int registered = [] {
   bench::register_all("qkv_fused", expression<fused_t>);
   bench::register_all("qkv_kernel", kernel_direct);
   bench::register_all("qkv_naive", expression<naive_t>);
+  bench::register_all("qkv_fused_2threads", expression<fused_t, 2>);
   return 0;
 }();
 

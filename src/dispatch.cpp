@@ -3,6 +3,7 @@
 // avx2|sse2|neon64, or set_arch(name), forces one (for tests and
 // benchmarks); forcing one the CPU lacks is an error, never a silent fallback.
 #include "kernel_table.hpp"
+#include "thread_pool.hpp"
 
 #include <qkv/kernels/api.hpp>
 #include <qkv/storage/aligned_buffer.hpp>
@@ -88,8 +89,10 @@ const kernel_set<T>& set() {
   }
 }
 
-// Packing space for the matrix product, kept per thread and grown on demand.
-template <class T>
+// Scratch space, kept per thread and grown on demand: slot 0 for the
+// packed operands of a product or an attention, slot 1 for a thread's own
+// part of an attention.
+template <class T, int Slot = 0>
 T* workspace(std::size_t elements) {
   thread_local detail::aligned_buffer<T> buffer;
   if (buffer.size() < elements) buffer = detail::aligned_buffer<T>(elements, detail::aligned_buffer<T>::uninitialized);
@@ -102,11 +105,22 @@ void gemm_impl(strided<const T> a, strided<const T> b, T* c, std::ptrdiff_t ldc)
   k.gemm(a, b, c, ldc, workspace<T>(k.gemm_workspace(a.rows, b.cols, a.cols)));
 }
 
+// K and V packed once by the caller, then the query blocks spread over the
+// pool; each block is computed alike whichever thread takes it, so the
+// result does not depend on the number of threads.
 template <class T>
-void attention_impl(const attention_problem<T>& problem) {
+void attention_impl(const attention_problem<T>& p) {
   const kernel_set<T>& k = set<T>();
-  k.attention(problem, workspace<T>(k.attention_workspace(problem.q.rows, problem.k.rows, problem.q.cols,
-                                                          problem.v.cols)));
+  const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+  if (n == 0 || dv == 0) return;
+  const std::size_t shared_size = k.attention_shared_size(n, m, dk, dv);
+  const std::size_t scratch_size = k.attention_scratch_size(n, m, dv);
+  if (shared_size == 0) return k.attention_decode(p, workspace<T, 1>(scratch_size));
+  T* shared = workspace<T>(shared_size);
+  k.attention_pack(p, shared);
+  const std::size_t rows = k.attention_block_rows(), blocks = (n + rows - 1) / rows;
+  detail::parallel_for(
+      blocks, [&](std::size_t b) { k.attention_blocks(p, shared, b, b + 1, workspace<T, 1>(scratch_size)); });
 }
 
 }  // namespace
@@ -127,6 +141,9 @@ void subtract(strided<float> x, strided<const float> y) { set<float>().subtract(
 void subtract(strided<double> x, strided<const double> y) { set<double>().subtract(x, y); }
 void copy(strided<const float> src, strided<float> dst) { set<float>().copy(src, dst); }
 void copy(strided<const double> src, strided<double> dst) { set<double>().copy(src, dst); }
+
+void set_threads(std::size_t n) { detail::set_pool_threads(n); }
+std::size_t threads() { return detail::pool_threads(); }
 
 void set_arch(std::string_view name) { chosen.store(find(name), std::memory_order_release); }
 

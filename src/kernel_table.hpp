@@ -20,8 +20,13 @@ struct kernel_set {
   void (*add)(strided<T> x, strided<const T> y);
   void (*subtract)(strided<T> x, strided<const T> y);
   void (*copy)(strided<const T> src, strided<T> dst);
-  std::size_t (*attention_workspace)(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv);
-  void (*attention)(const attention_problem<T>& problem, T* work);
+  std::size_t (*attention_block_rows)();
+  std::size_t (*attention_shared_size)(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv);
+  std::size_t (*attention_scratch_size)(std::size_t n, std::size_t m, std::size_t dv);
+  void (*attention_pack)(const attention_problem<T>& problem, T* shared);
+  void (*attention_blocks)(const attention_problem<T>& problem, const T* shared, std::size_t b0, std::size_t b1,
+                           T* scratch);
+  void (*attention_decode)(const attention_problem<T>& problem, T* scratch);
 };
 
 struct kernel_table {

@@ -16,8 +16,10 @@ constexpr kernel_set<T> make_kernel_set() {
   using g = gemm_kernel<Arch, T>;
   using e = elementwise_kernel<Arch, T>;
   using at = attention_kernel<Arch, T>;
-  return {&g::workspace, &g::run,      &softmax_kernel<Arch, T>::run, &e::multiply, &e::divide, &e::add,
-          &e::subtract,  &e::copy,     &at::workspace,                &at::run};
+  return {&g::workspace,       &g::run,          &softmax_kernel<Arch, T>::run, &e::multiply,
+          &e::divide,          &e::add,          &e::subtract,                  &e::copy,
+          &at::block_rows,     &at::shared_size, &at::scratch_size,             &at::pack,
+          &at::blocks,         &at::decode};
 }
 
 template <class Arch>

@@ -25,6 +25,13 @@ namespace qkv {
 // QKV_ARCH or set_arch forces another.
 inline const char* active_arch() noexcept { return kernels::active_arch(); }
 
+// The number of threads evaluation may use: n, or the hardware's for 0 (the
+// default). Results do not depend on it. A call made while another thread's
+// evaluation holds the threads runs on its calling thread alone, so calls
+// from many user threads do not multiply threads.
+inline void set_threads(std::size_t n) { kernels::set_threads(n); }
+inline std::size_t threads() { return kernels::threads(); }
+
 // Forces the kernels of one instruction set ("avx512bw", "avx2", "sse2",
 // "neon64"; "" for the best available), e.g. to compare them in a benchmark.
 // Throws std::runtime_error when this CPU or build lacks it.

@@ -39,6 +39,10 @@ void copy(strided<const double> src, strided<double> dst);
 void attention(const attention_problem<float>& problem);
 void attention(const attention_problem<double>& problem);
 
+// Threads the kernels may use (0: the hardware's, the default), and how many.
+void set_threads(std::size_t n);
+std::size_t threads();
+
 // Makes the kernels of `name` ("avx512bw", "avx2", "sse2", "neon64", or ""
 // for the best this CPU has) run from now on; throws std::runtime_error if the
 // CPU or the build lacks them. Not for use while another thread evaluates.

@@ -50,21 +50,40 @@ struct attention_kernel {
   static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
   static constexpr std::size_t aligned(std::size_t elements) { return round_up(elements, 64 / sizeof(T)); }
 
-  static constexpr std::size_t workspace(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
-    if (n <= decode_rows) return aligned(round_up(m, W)) + 2 * aligned(round_up(dv, W));
-    return aligned(round_up(m, NR) * dk) + aligned(round_up(dv, NR) * m) + aligned(BR * BC) +
-           aligned(BR * round_up(dv, NR)) + 2 * aligned(BR);
+  // The work is split so that a caller can spread it over threads: pack()
+  // fills the shared buffer (K and V, read by every query block) once; then
+  // blocks() runs query blocks [b0, b1) with a scratch buffer of its own.
+  // A block is computed the same way whoever runs it. With at most
+  // decode_rows queries there is nothing to pack: decode() does it all.
+  static constexpr std::size_t block_rows() { return BR; }
+
+  static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
+    if (n <= decode_rows) return 0;
+    return aligned(round_up(m, NR) * dk) + aligned(round_up(dv, NR) * m);
   }
 
-  // `work` holds workspace(n, m, dk, dv) elements, 64-byte aligned.
-  static void run(const attention_problem<T>& p, T* work) {
-    const std::size_t n = p.q.rows, dv = p.v.cols;
-    if (n == 0 || dv == 0) return;
-    if (n <= decode_rows) {
-      decode(p, work);
-    } else {
-      blocked(p, work);
-    }
+  static constexpr std::size_t scratch_size(std::size_t n, std::size_t m, std::size_t dv) {
+    if (n <= decode_rows) return aligned(round_up(m, W)) + 2 * aligned(round_up(dv, W));
+    return aligned(BR * BC) + aligned(BR * round_up(dv, NR)) + 2 * aligned(BR);
+  }
+
+  static void pack(const attention_problem<T>& p, T* shared) {
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared);
+    tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, shared + aligned(round_up(m, NR) * dk));
+  }
+
+  // All of it on the calling thread: what the tests of the kernel alone use.
+  static void run(const attention_problem<T>& p, T* shared, T* scratch) {
+    const std::size_t n = p.q.rows;
+    if (n == 0 || p.v.cols == 0) return;
+    if (n <= decode_rows) return decode(p, scratch);
+    pack(p, shared);
+    blocks(p, shared, 0, (n + BR - 1) / BR, scratch);
+  }
+
+  static void blocks(const attention_problem<T>& p, const T* shared, std::size_t b0, std::size_t b1, T* scratch) {
+    for (std::size_t b = b0; b < b1; ++b) query_block(p, shared, b * BR, scratch);
   }
 
  private:
@@ -172,64 +191,60 @@ struct attention_kernel {
     return false;
   }
 
-  static void blocked(const attention_problem<T>& p, T* work) {
+  static void query_block(const attention_problem<T>& p, const T* shared, std::size_t i0, T* scratch) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const std::size_t dvp = round_up(dv, NR);
-    T* kp = work;
-    T* vp = kp + aligned(round_up(m, NR) * dk);
-    T* s = vp + aligned(dvp * m);
+    const T* kp = shared;
+    const T* vp = kp + aligned(round_up(m, NR) * dk);
+    T* s = scratch;
     T* o = s + aligned(BR * BC);
     T* row_m = o + aligned(BR * dvp);
     T* row_l = row_m + aligned(BR);
     const std::size_t kb = key_block(dk, dv);
-    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, kp);
-    tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, vp);
+    const std::size_t br = min(BR, n - i0);
+    for (std::size_t r = 0; r < br; ++r) row_m[r] = neg_inf, row_l[r] = T(0);
+    for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = T(0);
+    const std::size_t j_end = key_end(p, i0 + br - 1);  // the last row sees the most keys
 
-    for (std::size_t i0 = 0; i0 < n; i0 += BR) {
-      const std::size_t br = min(BR, n - i0);
-      for (std::size_t r = 0; r < br; ++r) row_m[r] = neg_inf, row_l[r] = T(0);
-      for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = T(0);
-      const std::size_t j_end = key_end(p, i0 + br - 1);  // the last row sees the most keys
+    for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
+      const std::size_t bc = min(kb, j_end - j0);
+      if (p.mask.data != nullptr && !mask_keeps_any(p, i0, br, j0, bc)) continue;
 
-      for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
-        const std::size_t bc = min(kb, j_end - j0);
-        if (p.mask.data != nullptr && !mask_keeps_any(p, i0, br, j0, bc)) continue;
-
-        // Scores of the block; rows past br read the last row again and are ignored.
+      // Scores of the block; rows past br read the last row again and are ignored.
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        const T* rows[MR];
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = &p.q(min(i0 + ir + r, n - 1), 0);
+        for (std::size_t jr = 0; jr < bc; jr += NR)
+          tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
+      }
+      // Weights, in place.
+      for (std::size_t r = 0; r < br; ++r) {
+        T* u = s + r * BC;
+        const T a = transform(p, i0 + r, j0, bc, u);
+        online_step(u, bc, a, row_m[r], row_l[r], o + r * dvp, dvp);
+      }
+      // Unnormalised output += weights · values, in partial sums of at most
+      // sum_chunk keys, as the matrix product sums (its error grows with
+      // the length of each sequential sum).
+      for (std::size_t jc = 0; jc < bc; jc += sum_chunk) {
+        const std::size_t kc = min(sum_chunk, bc - jc);
         for (std::size_t ir = 0; ir < br; ir += MR) {
           const T* rows[MR];
-          for (std::size_t r = 0; r < MR; ++r) rows[r] = &p.q(min(i0 + ir + r, n - 1), 0);
-          for (std::size_t jr = 0; jr < bc; jr += NR)
-            tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
-        }
-        // Weights, in place.
-        for (std::size_t r = 0; r < br; ++r) {
-          T* u = s + r * BC;
-          const T a = transform(p, i0 + r, j0, bc, u);
-          online_step(u, bc, a, row_m[r], row_l[r], o + r * dvp, dvp);
-        }
-        // Unnormalised output += weights · values, in partial sums of at most
-        // sum_chunk keys, as the matrix product sums (its error grows with
-        // the length of each sequential sum).
-        for (std::size_t jc = 0; jc < bc; jc += sum_chunk) {
-          const std::size_t kc = min(sum_chunk, bc - jc);
-          for (std::size_t ir = 0; ir < br; ir += MR) {
-            const T* rows[MR];
-            for (std::size_t r = 0; r < MR; ++r) rows[r] = s + min(ir + r, br - 1) * BC + jc;
-            for (std::size_t c = 0; c < dvp; c += NR)
-              tile::template run<1>(kc, rows, vp + c * m + (j0 + jc) * NR, o + ir * dvp + c,
-                                    static_cast<std::ptrdiff_t>(dvp), min(MR, br - ir), NR, true);
-          }
+          for (std::size_t r = 0; r < MR; ++r) rows[r] = s + min(ir + r, br - 1) * BC + jc;
+          for (std::size_t c = 0; c < dvp; c += NR)
+            tile::template run<1>(kc, rows, vp + c * m + (j0 + jc) * NR, o + ir * dvp + c,
+                                  static_cast<std::ptrdiff_t>(dvp), min(MR, br - ir), NR, true);
         }
       }
-      for (std::size_t r = 0; r < br; ++r) finish_row(o + r * dvp, row_l[r], &p.out(i0 + r, 0), dv);
     }
+    for (std::size_t r = 0; r < br; ++r) finish_row(o + r * dvp, row_l[r], &p.out(i0 + r, 0), dv);
   }
 
   // A few queries: for each, every score by vector dot products, W keys at
   // a time in independent accumulators, then one pass of exp, then the value
   // rows weighted and summed in registers, a few output vectors at a time.
   // K and V are read once, nothing is packed.
+ public:
   static void decode(const attention_problem<T>& p, T* work) {
     const std::size_t m = p.k.rows, dv = p.v.cols;
     const std::size_t dvp = round_up(dv, W);
@@ -252,6 +267,7 @@ struct attention_kernel {
     }
   }
 
+ private:
   // u[j] = q · k_j for j < end.
   static void scores(const attention_problem<T>& p, const T* q, std::size_t end, T* u) {
     constexpr std::size_t KB = 8;  // keys whose dot products run side by side
