@@ -37,8 +37,8 @@ void for_each_leaf(const E& e, F& f) {
 template <class T, class E>
 bool reads_from(const E& e, kernels::strided<T> dst) {
   if (dst.rows == 0 || dst.cols == 0) return false;
-  const auto* lo = reinterpret_cast<const unsigned char*>(&dst(0, 0));
-  const auto* hi = reinterpret_cast<const unsigned char*>(&dst(dst.rows - 1, dst.cols - 1) + 1);
+  const auto* lo = reinterpret_cast<const unsigned char*>(dst.ptr(0, 0));
+  const auto* hi = reinterpret_cast<const unsigned char*>(dst.ptr(dst.rows - 1, dst.cols - 1) + 1);
   bool overlaps = false;
   auto check = [&](const auto& l) {
     if (l.rows() == 0 || l.cols() == 0) return;

@@ -104,7 +104,7 @@ struct attention_kernel {
       const batch vs(p.scale), vb(p.bias_scale);
       std::size_t j = 0;
       if (p.bias.data != nullptr) {
-        const T* b = &p.bias(i, j0);
+        const T* b = p.bias.ptr(i, j0);
         for (; j + W <= count; j += W)
           xsimd::fma(vs, batch::load_unaligned(u + j), vb * batch::load_unaligned(b + j)).store_unaligned(u + j);
         for (; j < count; ++j) u[j] = p.scale * u[j] + p.bias_scale * b[j];
@@ -116,7 +116,7 @@ struct attention_kernel {
     const std::size_t end = key_end(p, i);
     for (std::size_t j = end > j0 ? end - j0 : 0; j < count; ++j) u[j] = neg_inf;
     if (p.mask.data != nullptr) {
-      const bool* keep = &p.mask(i, j0);
+      const bool* keep = p.mask.ptr(i, j0);
       for (std::size_t j = 0; j < count; ++j)
         if (!keep[j]) u[j] = neg_inf;
     }
@@ -184,7 +184,7 @@ struct attention_kernel {
   static bool mask_keeps_any(const attention_problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
                              std::size_t cols) {
     for (std::size_t r = 0; r < rows; ++r) {
-      const bool* keep = &p.mask(i0 + r, j0);
+      const bool* keep = p.mask.ptr(i0 + r, j0);
       for (std::size_t j = 0; j < cols; ++j)
         if (keep[j]) return true;
     }
@@ -213,7 +213,7 @@ struct attention_kernel {
       // Scores of the block; rows past br read the last row again and are ignored.
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const T* rows[MR];
-        for (std::size_t r = 0; r < MR; ++r) rows[r] = &p.q(min(i0 + ir + r, n - 1), 0);
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
         for (std::size_t jr = 0; jr < bc; jr += NR)
           tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
       }
@@ -237,7 +237,7 @@ struct attention_kernel {
         }
       }
     }
-    for (std::size_t r = 0; r < br; ++r) finish_row(o + r * dvp, row_l[r], &p.out(i0 + r, 0), dv);
+    for (std::size_t r = 0; r < br; ++r) finish_row(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
   }
 
   // A few queries: for each, every score by vector dot products, W keys at
@@ -252,7 +252,7 @@ struct attention_kernel {
     T* o = u + aligned(round_up(m, W));
     for (std::size_t i = 0; i < p.q.rows; ++i) {
       const std::size_t end = key_end(p, i);
-      scores(p, &p.q(i, 0), end, u);
+      scores(p, p.q.ptr(i, 0), end, u);
       T row_l = T(0);
       for (std::size_t c = 0; c < dvp; ++c) o[c] = T(0);
       if (end > 0) {
@@ -263,7 +263,7 @@ struct attention_kernel {
         row_l = exponentiate(u, padded, a, mx == neg_inf ? T(0) : mx);
         weighted_sum(p, u, end, o);
       }
-      finish_row(o, row_l, &p.out(i, 0), dv);
+      finish_row(o, row_l, p.out.ptr(i, 0), dv);
     }
   }
 
@@ -279,7 +279,7 @@ struct attention_kernel {
         for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0));
         for (std::size_t c = 0; c < body; c += W) {
           const batch qc = batch::load_unaligned(q + c);
-          for (std::size_t t = 0; t < KB; ++t) acc[t] = xsimd::fma(qc, batch::load_unaligned(&p.k(j + t, c)), acc[t]);
+          for (std::size_t t = 0; t < KB; ++t) acc[t] = xsimd::fma(qc, batch::load_unaligned(p.k.ptr(j + t, c)), acc[t]);
         }
         // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
         for (std::size_t t = 0; t < KB; ++t) {
@@ -289,7 +289,7 @@ struct attention_kernel {
         }
       }
     }
-    for (; j < end; ++j) u[j] = dot(q, &p.k(j, 0), p.k.col_stride, dk);
+    for (; j < end; ++j) u[j] = dot(q, p.k.ptr(j, 0), p.k.col_stride, dk);
   }
 
   // o = Σ_j u_j v_j over j < end, in partial sums of sum_chunk keys; zero
@@ -308,7 +308,7 @@ struct attention_kernel {
     for (std::size_t j0 = 0; j0 < end; j0 += sum_chunk) {
       for (std::size_t c = c0; c < dv; ++c) part[c] = T(0);
       for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j)
-        if (u[j] != T(0)) axpy(u[j], &p.v(j, c0), p.v.col_stride, part + c0, dv - c0);
+        if (u[j] != T(0)) axpy(u[j], p.v.ptr(j, c0), p.v.col_stride, part + c0, dv - c0);
       for (std::size_t c = c0; c < dv; ++c) o[c] += part[c];
     }
   }
@@ -327,7 +327,7 @@ struct attention_kernel {
         for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j) {
           if (u[j] == T(0)) continue;
           const batch w(u[j]);
-          const T* vj = &p.v(j, c0);
+          const T* vj = p.v.ptr(j, c0);
           for (std::size_t r = 0; r < NV; ++r) part[r] = xsimd::fma(w, batch::load_unaligned(vj + r * W), part[r]);
         }
         for (std::size_t r = 0; r < NV; ++r) acc[r] += part[r];

@@ -22,10 +22,10 @@ struct elementwise_kernel {
   template <class F>
   static void apply(strided<T> x, strided<const T> y, F f) {
     for (std::size_t i = 0; i < x.rows; ++i) {
-      T* xr = &x(i, 0);
+      T* xr = x.ptr(i, 0);
       std::size_t j = 0;
       if (y.col_stride == 1 && x.col_stride == 1) {
-        const T* yr = &y(i, 0);
+        const T* yr = y.ptr(i, 0);
         for (; j + W <= x.cols; j += W) f(batch::load_unaligned(xr + j), batch::load_unaligned(yr + j)).store_unaligned(xr + j);
       }
       for (; j < x.cols; ++j) x(i, j) = f(x(i, j), y(i, j));

@@ -95,7 +95,7 @@ struct gemm_kernel {
       const std::size_t nr = min(NR, nc - jp);
       if (nr == NR && b.col_stride == 1) {
         for (std::size_t p = 0; p < kc; ++p) {
-          const T* src = &b(p0 + p, j0 + jp);
+          const T* src = b.ptr(p0 + p, j0 + jp);
           batch::load_unaligned(src).store_aligned(out + p * NR);
           batch::load_unaligned(src + W).store_aligned(out + p * NR + W);
         }

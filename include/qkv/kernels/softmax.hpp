@@ -20,7 +20,7 @@ struct softmax_kernel {
   // Each row of x (col_stride 1) replaced by its softmax, in place.
   static void run(strided<T> x) {
     if (x.cols == 0) return;  // nothing to write; and no row pointer to form from an empty buffer
-    for (std::size_t i = 0; i < x.rows; ++i) row(&x(i, 0), x.cols);
+    for (std::size_t i = 0; i < x.rows; ++i) row(x.ptr(i, 0), x.cols);
   }
 
   static void row(T* r, std::size_t n) {
