@@ -73,15 +73,6 @@ struct attention_kernel {
     tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, shared + aligned(round_up(m, NR) * dk));
   }
 
-  // All of it on the calling thread: what the tests of the kernel alone use.
-  static void run(const attention_problem<T>& p, T* shared, T* scratch) {
-    const std::size_t n = p.q.rows;
-    if (n == 0 || p.v.cols == 0) return;
-    if (n <= decode_rows) return decode(p, scratch);
-    pack(p, shared);
-    blocks(p, shared, 0, (n + BR - 1) / BR, scratch);
-  }
-
   static void blocks(const attention_problem<T>& p, const T* shared, std::size_t b0, std::size_t b1, T* scratch) {
     for (std::size_t b = b0; b < b1; ++b) query_block(p, shared, b * BR, scratch);
   }
