@@ -2,10 +2,13 @@
 // evaluated lazily with shapes checked while compiling. The public surface, nothing else.
 #pragma once
 
+#include "shape/batch.hpp"
 #include "shape/extent.hpp"
 #include "shape/shape_error.hpp"
 #include "storage/matrix.hpp"
 #include "storage/matrix_view.hpp"
+#include "storage/tensor.hpp"
+#include "storage/tensor_view.hpp"
 #include "expr/scalar.hpp"
 #include "expr/transpose.hpp"
 #include "expr/product.hpp"

@@ -6,45 +6,88 @@
 #include "../shape/check.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/matrix_view.hpp"
+#include "../storage/tensor.hpp"
+#include "../storage/tensor_view.hpp"
+#include "batched.hpp"
 #include "fused.hpp"
 #include "naive.hpp"
 #include "strategy.hpp"
 
 #include <cstddef>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
 namespace qkv {
 
-// The owning matrix an expression evaluates to.
+namespace detail {
+
+template <class E, std::size_t Rank = static_rank_of<E>()>
+struct result {
+  using type = matrix<value_type_t<E>, E::static_rows, E::static_cols>;
+};
+template <class E>
+struct result<E, 3> {
+  using type = tensor<value_type_t<E>, E::static_batch[1], E::static_rows, E::static_cols>;
+};
+template <class E>
+struct result<E, 4> {
+  using type = tensor<value_type_t<E>, E::static_batch[0], E::static_batch[1], E::static_rows, E::static_cols>;
+};
+
+}  // namespace detail
+
+// The owning storage an expression evaluates to: a matrix, or for a batched
+// expression a tensor of its rank.
 template <expression E>
-using result_t = matrix<value_type_t<E>, detail::bare_t<E>::static_rows, detail::bare_t<E>::static_cols>;
+using result_t = typename detail::result<detail::bare_t<E>>::type;
 
 namespace detail {
 
 // Calls f(leaf) for every storage leaf under e.
 template <class E, class F>
 void for_each_leaf(const E& e, F& f) {
-  if constexpr (leaf<E>) {
+  if constexpr (leaf<E> || tensor_leaf<E>) {
     f(e);
   } else {
     std::apply([&f](const auto&... child) { (for_each_leaf(child, f), ...); }, e.operands());
   }
 }
 
+// The bytes from a leaf's first element to past its last; empty when it has none.
+struct byte_range {
+  const unsigned char* begin = nullptr;
+  const unsigned char* end = nullptr;
+};
+
+template <class L>
+byte_range memory_of(const L& l) {
+  std::size_t last = 0;
+  if constexpr (tensor_leaf<L>) {
+    for (std::size_t k = 0; k < L::static_rank; ++k) {
+      if (l.extent(k) == 0) return {};
+      last += (l.extent(k) - 1) * l.stride(k);
+    }
+  } else {
+    if (l.rows() == 0 || l.cols() == 0) return {};
+    last = (l.rows() - 1) * l.row_stride();
+    if constexpr (requires { l.col_stride(); }) last += (l.cols() - 1) * l.col_stride();
+    else last += l.cols() - 1;
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(l.data());
+  return {b, reinterpret_cast<const unsigned char*>(l.data() + last + 1)};
+}
+
 // Whether the destination's memory overlaps memory that e reads.
-template <class T, class E>
-bool reads_from(const E& e, kernels::strided<T> dst) {
-  if (dst.rows == 0 || dst.cols == 0) return false;
-  const auto* lo = reinterpret_cast<const unsigned char*>(dst.ptr(0, 0));
-  const auto* hi = reinterpret_cast<const unsigned char*>(dst.ptr(dst.rows - 1, dst.cols - 1) + 1);
+template <class D, class E>
+bool reads_from(const E& e, const D& dst) {
+  const byte_range d = memory_of(dst);
+  if (d.begin == nullptr) return false;
   bool overlaps = false;
   auto check = [&](const auto& l) {
-    if (l.rows() == 0 || l.cols() == 0) return;
-    const auto* b = reinterpret_cast<const unsigned char*>(l.data());
-    const auto* end = reinterpret_cast<const unsigned char*>(l.data() + (l.rows() - 1) * l.row_stride() + l.cols());
-    overlaps = overlaps || (std::less<>{}(b, hi) && std::less<>{}(lo, end));
+    const byte_range r = memory_of(l);
+    overlaps = overlaps || (r.begin != nullptr && std::less<>{}(r.begin, d.end) && std::less<>{}(d.begin, r.end));
   };
   for_each_leaf(e, check);
   return overlaps;
@@ -60,27 +103,86 @@ void check_destination(std::size_t rows, std::size_t cols, const E& e) {
 
 namespace detail {
 
-template <class Policy, class E>
-result_t<E> evaluate(const E& e) {
-  result_t<E> out(e.rows(), e.cols());
-  node_into<Policy>(e, dense(out.data(), out.rows(), out.cols(), out.row_stride()));
-  return out;
+template <class E>
+auto result_extents(const E& e) {
+  const batch_extents b = batch_of(e);
+  if constexpr (static_rank_of<E>() == 4) return std::array<std::size_t, 4>{b[0], b[1], e.rows(), e.cols()};
+  else return std::array<std::size_t, 3>{b[1], e.rows(), e.cols()};
 }
 
+template <class Policy, class E>
+result_t<E> evaluate(const E& e) {
+  if constexpr (is_batched_v<E>) {
+    result_t<E> out(result_extents(e));
+    batched_into<Policy>(e, out.view());
+    return out;
+  } else {
+    result_t<E> out(e.rows(), e.cols());
+    node_into<Policy>(e, dense(out.data(), out.rows(), out.cols(), out.row_stride()));
+    return out;
+  }
+}
+
+inline std::string extents_string(const auto& x) {
+  std::string s(1, '[');
+  for (std::size_t k = 0; k < x.size(); ++k) s.append(k ? ", " : "").append(std::to_string(x[k]));
+  return s.append("]");
+}
+
+// A batched expression into a tensor or tensor_view of its extents.
 template <class Policy, class Dst, class E>
-void evaluate_into(Dst&& dst, const E& e) {
+void evaluate_into_tensor(Dst&& dst, const E& e) {
+  using D = bare_t<Dst>;
+  static_assert(D::static_rank == static_rank_of<E>(), "qkv: eval_into(dst, e): the ranks of dst and e differ");
+  static_assert(std::is_same_v<value_type_t<D>, value_type_t<E>>,
+                "qkv: eval_into(dst, e): dst and e have different element types");
+  if constexpr (D::static_rank == static_rank_of<E>() && std::is_same_v<value_type_t<D>, value_type_t<E>>) {
+    const auto out = [&] {
+      if constexpr (requires { dst.view(); }) return dst.view();
+      else return dst;
+    }();
+    static_assert(!std::is_const_v<std::remove_pointer_t<decltype(out.data())>>, "qkv: eval_into(dst, e): dst is read-only");
+    const auto want = result_extents(e);
+    if (out.extents() != want) {
+      throw shape_error("qkv: eval_into(dst, e): the shapes of dst and e differ (" + extents_string(out.extents()) +
+                        " vs " + extents_string(want) + ")");
+    }
+    if (reads_from(e, out)) {
+      const result_t<E> tmp = evaluate<Policy>(e);
+      for_each_batch_index(batch_of(e), [&](batch_extents i) {
+        copy_strided(leaf_view(tmp.batch_matrix(i)), leaf_view_mutable(out.batch_matrix(i)));
+      });
+    } else {
+      batched_into<Policy>(e, out);
+    }
+  }
+}
+
+// A matrix expression into a matrix or matrix_view of its shape.
+template <class Policy, class Dst, class E>
+void evaluate_into_matrix(Dst&& dst, const E& e) {
   using D = bare_t<Dst>;
   static_assert(static_extents_agree<D::static_rows, E::static_rows>, "qkv: eval_into(dst, e): the rows of dst differ from the rows of e");
   static_assert(static_extents_agree<D::static_cols, E::static_cols>, "qkv: eval_into(dst, e): the columns of dst differ from the columns of e");
   static_assert(std::is_same_v<value_type_t<D>, value_type_t<E>>, "qkv: eval_into(dst, e): dst and e have different element types");
   static_assert(!std::is_const_v<std::remove_pointer_t<decltype(dst.data())>>, "qkv: eval_into(dst, e): dst is read-only");
   check_destination(dst.rows(), dst.cols(), e);
-  const auto out = dense(dst.data(), dst.rows(), dst.cols(), dst.row_stride());
-  if (reads_from(e, out)) {
+  if (reads_from(e, dst)) {
     const auto tmp = evaluate<Policy>(e);
-    copy_strided(dense(tmp.data(), tmp.rows(), tmp.cols(), tmp.row_stride()), out);
+    copy_strided(leaf_view(tmp), leaf_view_mutable(dst));
   } else {
-    node_into<Policy>(e, out);
+    slice_into<Policy>(e, matrix_view<value_type_t<E>, D::static_rows, D::static_cols>(dst));
+  }
+}
+
+template <class Policy, class Dst, class E>
+void evaluate_into(Dst&& dst, const E& e) {
+  if constexpr (tensor_leaf<bare_t<Dst>>) {
+    evaluate_into_tensor<Policy>(std::forward<Dst>(dst), e);
+  } else {
+    static_assert(!is_batched_v<E>,
+                  "qkv: eval_into(dst, e): e is batched (rank 3 or 4), so dst must be a tensor or tensor_view of its rank");
+    if constexpr (!is_batched_v<E>) evaluate_into_matrix<Policy>(std::forward<Dst>(dst), e);
   }
 }
 
@@ -117,13 +219,13 @@ result_t<E> eval(const E& e, fused_t) {
 // Evaluates e into existing storage (a matrix, or a view of mutable memory)
 // of e's shape. When dst overlaps an input, e is evaluated aside first.
 template <class Dst, class E>
-  requires leaf<Dst> && expression<E>
+  requires(leaf<Dst> || tensor_leaf<Dst>) && expression<E>
 void eval_into(Dst&& dst, const E& e, naive_t) {
   detail::evaluate_into<detail::naive_policy>(std::forward<Dst>(dst), e);
 }
 
 template <class Dst, class E>
-  requires leaf<Dst> && expression<E>
+  requires(leaf<Dst> || tensor_leaf<Dst>) && expression<E>
 void eval_into(Dst&& dst, const E& e, fused_t) {
   detail::require_fused_form<E>();
   if constexpr (detail::has_fused_form<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
@@ -131,8 +233,9 @@ void eval_into(Dst&& dst, const E& e, fused_t) {
 
 template <class Dst, class E>
 void eval_into(Dst&& dst, const E& e) {
-  static_assert(leaf<Dst> && expression<E>, "qkv: eval_into(dst, e): dst must be a matrix or a mutable matrix_view");
-  if constexpr (leaf<Dst> && expression<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
+  static_assert((leaf<Dst> || tensor_leaf<Dst>) && expression<E>,
+                "qkv: eval_into(dst, e): dst must be a matrix, tensor, or a mutable matrix_view or tensor_view");
+  if constexpr ((leaf<Dst> || tensor_leaf<Dst>) && expression<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
 }
 
 }  // namespace qkv

@@ -22,7 +22,7 @@ struct score_parts {
   long double scale = 1, bias_scale = 1;  // one rounding to T at the end
   bool has_bias = false;
   bool causal = false;
-  kernels::strided<const bool> mask{nullptr, 0, 0, 0, 1};
+  operand<bool> mask;
 };
 
 template <class S>
@@ -72,8 +72,7 @@ struct score_chain<masked_expr<X, M>> {
   template <class Policy, class T>
   static void describe(const masked_expr<X, M>& e, score_parts<T>& parts) {
     inner::template describe<Policy>(e.arg(), parts);
-    const auto& m = e.mask();
-    parts.mask = dense<const bool>(m.data(), m.rows(), m.cols(), m.row_stride());
+    parts.mask.view = leaf_view(e.mask());
   }
 };
 
@@ -127,15 +126,27 @@ void make_rows_contiguous(operand<T>& x) {
   x = std::move(c);
 }
 
+// The operands of one fused attention, kept alive until the kernel has run.
+template <class T>
+struct fused_operands {
+  score_parts<T> parts;
+  operand<T> v;
+};
+
+// The kernel's problem for e written into out; e's operands that are not
+// storage are evaluated (by Policy) into `keep`.
 template <class Policy, class E>
-void fused_into(const E& e, kernels::strided<value_type_t<E>> out) {
+kernels::attention_problem<value_type_t<E>> attention_problem_of(const E& e, kernels::strided<value_type_t<E>> out,
+                                                                  fused_operands<value_type_t<E>>& keep) {
   using T = value_type_t<E>;
   using chain = score_chain<typename fused_form<E>::scores>;
-  score_parts<T> parts;
+  score_parts<T>& parts = keep.parts;
   chain::template describe<Policy>(e.lhs().arg(), parts);
-  const operand<T> v = node_operand<Policy>(e.rhs());
+  keep.v = node_operand<Policy>(e.rhs());
+  const operand<T>& v = keep.v;
   make_rows_contiguous(parts.q);
   make_rows_contiguous(parts.bias);
+  make_rows_contiguous(parts.mask);
 
   kernels::attention_problem<T> problem;
   problem.q = parts.q.view;
@@ -148,8 +159,14 @@ void fused_into(const E& e, kernels::strided<value_type_t<E>> out) {
     problem.bias_scale = static_cast<T>(parts.bias_scale);
   }
   problem.causal = parts.causal;
-  problem.mask = parts.mask;
-  kernels::attention(problem);
+  problem.mask = parts.mask.view;
+  return problem;
+}
+
+template <class Policy, class E>
+void fused_into(const E& e, kernels::strided<value_type_t<E>> out) {
+  fused_operands<value_type_t<E>> keep;
+  kernels::attention(attention_problem_of<Policy>(e, out, keep));
 }
 
 // Fuses every subexpression that has a fused form; the rest node by node.

@@ -32,6 +32,25 @@ kernels::strided<T> dense(T* data, std::size_t rows, std::size_t cols, std::size
   return {data, rows, cols, static_cast<std::ptrdiff_t>(row_stride), 1};
 }
 
+// A storage leaf's memory as the kernels see it.
+template <class L>
+auto leaf_view(const L& l) {
+  using T = std::remove_pointer_t<decltype(l.data())>;
+  std::size_t cs = 1;
+  if constexpr (requires { l.col_stride(); }) cs = l.col_stride();
+  return kernels::strided<const std::remove_const_t<T>>{l.data(), l.rows(), l.cols(),
+                                                        static_cast<std::ptrdiff_t>(l.row_stride()),
+                                                        static_cast<std::ptrdiff_t>(cs)};
+}
+
+// The same for a destination, whose data() is mutable.
+template <class L>
+auto leaf_view_mutable(L&& l) {
+  const auto v = leaf_view(l);
+  return kernels::strided<std::remove_pointer_t<decltype(l.data())>>{l.data(), v.rows, v.cols, v.row_stride,
+                                                                      v.col_stride};
+}
+
 template <class E>
 struct naive_evaluator;  // no evaluator: the node is unknown to the naive strategy
 
@@ -81,7 +100,7 @@ struct naive_evaluator<E> {
   using T = value_type_t<E>;
   template <class Policy>
   static operand<T> evaluate(const E& e) {
-    return {{}, dense<const T>(e.data(), e.rows(), e.cols(), e.row_stride())};
+    return {{}, leaf_view(e)};
   }
   template <class Policy>
   static void into(const E& e, kernels::strided<T> out) {
@@ -171,8 +190,7 @@ struct naive_evaluator<masked_expr<S, M>> {
   template <class Policy>
   static void into(const masked_expr<S, M>& e, kernels::strided<T> out) {
     node_into<Policy>(e.arg(), out);
-    const auto& m = e.mask();
-    kernels::mask_where_false(out, dense<const bool>(m.data(), m.rows(), m.cols(), m.row_stride()));
+    kernels::mask_where_false(out, leaf_view(e.mask()));
   }
 };
 

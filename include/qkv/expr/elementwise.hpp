@@ -24,12 +24,16 @@ class elementwise_expr
   static_assert(std::is_same_v<value_type_t<A>, value_type_t<B>>, "qkv: A + B, A - B: A and B have different element types");
   static_assert(static_extents_agree<a_t::static_rows, b_t::static_rows>, "qkv: A + B, A - B: the rows of A differ from the rows of B");
   static_assert(static_extents_agree<a_t::static_cols, b_t::static_cols>, "qkv: A + B, A - B: the columns of A differ from the columns of B");
+  static constexpr batch_extents a_batch = detail::static_batch_of<a_t>(), b_batch = detail::static_batch_of<b_t>();
+  static_assert(static_batches_agree<a_batch[0], a_batch[1], b_batch[0], b_batch[1], false>,
+                "qkv: A + B, A - B: the batch extents of A and B differ (each pair must be equal or one 1)");
 
  public:
   static constexpr elementwise_op op = Op;
 
   template <class L, class R>
   elementwise_expr(L&& a, R&& b) : base(std::forward<L>(a), std::forward<R>(b)) {
+    this->require_batch(Op == elementwise_op::add ? "A + B: the batch extents differ" : "A - B: the batch extents differ");
     detail::require_same_shape(this->lhs(), this->rhs(), Op == elementwise_op::add ? "A + B: the shapes differ" : "A - B: the shapes differ");
   }
 

@@ -22,6 +22,12 @@ concept leaf = expression<E> && requires(const std::remove_cvref_t<E>& e) {
   { e.row_stride() } -> std::convertible_to<std::size_t>;
 };
 
+// tensor, tensor_view: rank 3 or 4, reached by the strategies one matrix at a time.
+template <class E>
+concept tensor_leaf = expression<E> && requires {
+  requires std::remove_cvref_t<E>::qkv_tensor;
+};
+
 template <expression E>
 using value_type_t = typename std::remove_cvref_t<E>::value_type;
 

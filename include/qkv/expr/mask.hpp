@@ -27,16 +27,20 @@ class masked_expr
   using s_t = detail::bare_t<S>;
   using m_t = detail::bare_t<M>;
   static_assert(element<value_type_t<S>>, "qkv: masked(S, M): S must be a float or double matrix");
-  static_assert(std::is_same_v<value_type_t<M>, bool> && leaf<m_t>,
-                "qkv: masked(S, M): M must be a matrix or matrix_view of bool");
+  static_assert(std::is_same_v<value_type_t<M>, bool> && (leaf<m_t> || tensor_leaf<m_t>),
+                "qkv: masked(S, M): M must be a matrix, matrix_view, tensor or tensor_view of bool");
   static_assert(static_extents_agree<s_t::static_rows, m_t::static_rows>, "qkv: masked(S, M): the rows of S differ from the rows of M");
   static_assert(static_extents_agree<s_t::static_cols, m_t::static_cols>, "qkv: masked(S, M): the columns of S differ from the columns of M");
+  static constexpr batch_extents s_batch = detail::static_batch_of<s_t>(), m_batch = detail::static_batch_of<m_t>();
+  static_assert(static_batches_agree<s_batch[0], s_batch[1], m_batch[0], m_batch[1], false>,
+                "qkv: masked(S, M): the batch extents of S and M differ (each pair must be equal or one 1)");
 
  public:
   template <class A, class B>
   masked_expr(A&& s, B&& m)
       : detail::binary<S, M, s_t::static_rows, s_t::static_cols>(std::forward<A>(s), std::forward<B>(m)) {
     detail::require_same_shape(arg(), mask(), "masked(S, M): the shapes of S and M differ");
+    this->require_batch("masked(S, M): the batch extents of S and M differ");
   }
 
   std::size_t rows() const { return arg().rows(); }

@@ -2,6 +2,7 @@
 // computation; the strategies in eval/ carry it out.
 #pragma once
 
+#include "../shape/batch.hpp"
 #include "expression.hpp"
 
 #include <cstddef>
@@ -10,24 +11,33 @@
 
 namespace qkv::detail {
 
-template <class V, std::size_t R, std::size_t C>
+// Rank 2 for matrices; 3 or 4 when an operand is a tensor, whose leading
+// extents (Batch, see shape/batch.hpp) the node then has too.
+template <class V, std::size_t R, std::size_t C, std::size_t Rank = 2, batch_extents Batch = batch_extents{1, 1}>
 struct node {
   using value_type = V;
   static constexpr bool qkv_expression = true;
   static constexpr bool qkv_is_view = false;
   static constexpr std::size_t static_rows = R;
   static constexpr std::size_t static_cols = C;
+  static constexpr std::size_t static_rank = Rank;
+  static constexpr batch_extents static_batch = Batch;
 };
+
+// The node of one operand with the operand's batch extents and the given matrix extents.
+template <class X, std::size_t R, std::size_t C>
+using unary_node = node<value_type_t<X>, R, C, static_rank_of<bare_t<X>>(), static_batch_of<bare_t<X>>()>;
 
 // A node of one operand whose shape it keeps: softmax, causal, scaling.
 template <class X>
-class same_shape_unary : public node<value_type_t<X>, bare_t<X>::static_rows, bare_t<X>::static_cols> {
+class same_shape_unary : public unary_node<X, bare_t<X>::static_rows, bare_t<X>::static_cols> {
  public:
   template <class A>
   explicit same_shape_unary(A&& a) : arg_(std::forward<A>(a)) {}
 
   std::size_t rows() const { return arg_.rows(); }
   std::size_t cols() const { return arg_.cols(); }
+  batch_extents batch() const { return batch_of(arg_); }
   const bare_t<X>& arg() const { return arg_; }
   auto operands() const { return std::tie(arg_); }
 
@@ -35,9 +45,18 @@ class same_shape_unary : public node<value_type_t<X>, bare_t<X>::static_rows, ba
   X arg_;
 };
 
-// A node of two operands; the derived node checks their shapes.
-template <class A, class B, std::size_t R, std::size_t C>
-class binary : public node<value_type_t<A>, R, C> {
+template <class A, class B>
+constexpr std::size_t max_rank() {
+  constexpr std::size_t a = static_rank_of<bare_t<A>>(), b = static_rank_of<bare_t<B>>();
+  return a > b ? a : b;
+}
+
+// A node of two operands; the derived node checks their shapes. Its batch
+// extents are the operands' combined (Grouped: a product, where one may
+// divide the other).
+template <class A, class B, std::size_t R, std::size_t C, bool Grouped = false>
+class binary : public node<value_type_t<A>, R, C, max_rank<A, B>(),
+                           combine_batch(static_batch_of<bare_t<A>>(), static_batch_of<bare_t<B>>(), Grouped)> {
  public:
   template <class L, class M>
   binary(L&& a, M&& b) : a_(std::forward<L>(a)), b_(std::forward<M>(b)) {}
@@ -45,6 +64,11 @@ class binary : public node<value_type_t<A>, R, C> {
   const bare_t<A>& lhs() const { return a_; }
   const bare_t<B>& rhs() const { return b_; }
   auto operands() const { return std::tie(a_, b_); }
+  batch_extents batch() const { return combine_batch(batch_of(a_), batch_of(b_), Grouped); }
+
+ protected:
+  // The run-time half of the batch check, for the derived node's constructor.
+  void require_batch(const char* what) const { detail::require_batch(batch_of(a_), batch_of(b_), Grouped, what); }
 
  private:
   A a_;

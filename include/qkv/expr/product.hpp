@@ -12,16 +12,21 @@ namespace qkv {
 
 template <class A, class B>
 class product_expr
-    : public detail::binary<A, B, detail::bare_t<A>::static_rows, detail::bare_t<B>::static_cols> {
+    : public detail::binary<A, B, detail::bare_t<A>::static_rows, detail::bare_t<B>::static_cols, true> {
   using a_t = detail::bare_t<A>;
   using b_t = detail::bare_t<B>;
+  static constexpr batch_extents a_batch = detail::static_batch_of<a_t>(), b_batch = detail::static_batch_of<b_t>();
   static_assert(element<value_type_t<A>>, "qkv: A * B: A must be a float or double matrix (bool is for masks)");
   static_assert(std::is_same_v<value_type_t<A>, value_type_t<B>>, "qkv: A * B: A and B have different element types");
   static_assert(static_extents_agree<a_t::static_cols, b_t::static_rows>, "qkv: A * B: the columns of A differ from the rows of B");
+  static_assert(static_batches_agree<a_batch[0], a_batch[1], b_batch[0], b_batch[1], true>,
+                "qkv: A * B: the batch extents of A and B differ (each pair must be equal, or one 1, or one divide the other)");
 
  public:
   template <class L, class R>
-  product_expr(L&& a, R&& b) : detail::binary<A, B, a_t::static_rows, b_t::static_cols>(std::forward<L>(a), std::forward<R>(b)) {
+  product_expr(L&& a, R&& b)
+      : detail::binary<A, B, a_t::static_rows, b_t::static_cols, true>(std::forward<L>(a), std::forward<R>(b)) {
+    this->require_batch("A * B: the batch extents of A and B differ");
     detail::require_equal(this->lhs().cols(), this->rhs().rows(), "A * B: the columns of A differ from the rows of B",
                           this->lhs().rows(), this->lhs().cols(), this->rhs().rows(), this->rhs().cols());
   }

@@ -10,13 +10,14 @@ namespace qkv {
 
 template <class X>
 class transpose_expr
-    : public detail::node<value_type_t<X>, detail::bare_t<X>::static_cols, detail::bare_t<X>::static_rows> {
+    : public detail::unary_node<X, detail::bare_t<X>::static_cols, detail::bare_t<X>::static_rows> {
  public:
   template <class A>
   explicit transpose_expr(A&& a) : arg_(std::forward<A>(a)) {}
 
   std::size_t rows() const { return arg_.cols(); }
   std::size_t cols() const { return arg_.rows(); }
+  batch_extents batch() const { return detail::batch_of(arg_); }
   const detail::bare_t<X>& arg() const { return arg_; }
   auto operands() const { return std::tie(arg_); }
 

@@ -1,5 +1,5 @@
-// matrix_view<T, R, C>: a non-owning, row-major view of user memory with a
-// row stride; T may be const.
+// matrix_view<T, R, C>: a non-owning view of user memory with a row stride
+// (and a column stride, 1 unless given); T may be const.
 #pragma once
 
 #include "../expr/expression.hpp"
@@ -31,10 +31,16 @@ class matrix_view {
 
   // row_stride is in elements, at least cols.
   matrix_view(T* ptr, std::size_t rows, std::size_t cols, std::size_t row_stride)
-      : ptr_(ptr), rows_(rows), cols_(cols), stride_(row_stride) {
+      : matrix_view(ptr, rows, cols, row_stride, 1) {}
+
+  // Any strides, in elements: a column of a tensor, or the matrix of a
+  // tensor_view whose last stride is not 1. Row stride ≥ cols is required
+  // only when the column stride is 1.
+  matrix_view(T* ptr, std::size_t rows, std::size_t cols, std::size_t row_stride, std::size_t col_stride)
+      : ptr_(ptr), rows_(rows), cols_(cols), stride_(row_stride), col_stride_(col_stride) {
     detail::require_extent(R, rows, "matrix_view rows");
     detail::require_extent(C, cols, "matrix_view columns");
-    if (rows > 1 && row_stride < cols) {
+    if (col_stride == 1 && rows > 1 && row_stride < cols) {
       throw shape_error("qkv: matrix_view: row stride " + std::to_string(row_stride) + " is less than the " +
                         std::to_string(cols) + " columns");
     }
@@ -47,13 +53,13 @@ class matrix_view {
     requires(!std::is_same_v<std::remove_cvref_t<L>, matrix_view> &&
              (std::is_lvalue_reference_v<L> || std::remove_cvref_t<L>::qkv_is_view) &&
              std::is_convertible_v<decltype(std::declval<L&>().data()), T*>)
-  matrix_view(L&& m) : matrix_view(m.data(), m.rows(), m.cols(), m.row_stride()) {
+  matrix_view(L&& m) : matrix_view(m.data(), m.rows(), m.cols(), m.row_stride(), col_stride_of(m)) {
     using M = std::remove_cvref_t<L>;
     static_assert(static_extents_agree<R, M::static_rows>, "qkv: matrix_view of a matrix: the row extents differ");
     static_assert(static_extents_agree<C, M::static_cols>, "qkv: matrix_view of a matrix: the column extents differ");
   }
 
-  T& operator()(std::size_t i, std::size_t j) const noexcept { return ptr_[i * stride_ + j]; }
+  T& operator()(std::size_t i, std::size_t j) const noexcept { return ptr_[i * stride_ + j * col_stride_]; }
   T& at(std::size_t i, std::size_t j) const {
     if (i >= rows() || j >= cols()) {
       throw std::out_of_range("qkv: index (" + std::to_string(i) + ", " + std::to_string(j) + ") outside a " +
@@ -65,13 +71,21 @@ class matrix_view {
   std::size_t rows() const noexcept { return rows_.value(); }
   std::size_t cols() const noexcept { return cols_.value(); }
   std::size_t row_stride() const noexcept { return stride_; }
+  std::size_t col_stride() const noexcept { return col_stride_; }
   T* data() const noexcept { return ptr_; }
 
  private:
+  template <class L>
+  static std::size_t col_stride_of(const L& m) {
+    if constexpr (requires { m.col_stride(); }) return m.col_stride();
+    else return 1;
+  }
+
   T* ptr_;
   [[no_unique_address]] extent<R> rows_;
   [[no_unique_address]] extent<C> cols_;
   std::size_t stride_;
+  std::size_t col_stride_ = 1;
 };
 
 }  // namespace qkv
