@@ -62,7 +62,7 @@ constexpr auto rhs_of(const E* e) {
 
 // What the evaluators read in place: storage, and transposes of it.
 template <class E>
-inline constexpr bool viewable = leaf<E>;
+inline constexpr bool viewable = leaf<E> || tensor_leaf<E>;
 template <class X>
 inline constexpr bool viewable<transpose_expr<X>> = viewable<bare_t<X>>;
 
@@ -113,7 +113,7 @@ template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised) {
   using T = value_type_t<E>;
   cost_estimate c;
-  if constexpr (!leaf<E>) {
+  if constexpr (!viewable<E> || is_transpose_v<E>) {
     const std::size_t n = rows_of(e), m = cols_of(e);
     if (materialised && !viewable<E>) c.naive_bytes = c.fused_bytes = n * m * sizeof(T);
     if constexpr (is_transpose_v<E>) {
@@ -145,19 +145,45 @@ constexpr cost_estimate cost_of(const E* e, bool materialised) {
   return c;
 }
 
+// A batched expression is evaluated one batch index at a time (naive), or
+// with every index's operands at hand and the kernel's buffers reused
+// (fused): arithmetic counts times the number of indices, naive bytes of one
+// index, fused bytes of one index's buffers plus every index's evaluated
+// operands. The kernel's buffers are per thread: with t threads, add t − 1
+// times fused_workspace.
+template <class E>
+constexpr cost_estimate batched_cost(const E* e, std::size_t count) {
+  cost_estimate c = cost_of(e, false);
+  c.flops *= count;
+  c.exps *= count;
+  if constexpr (fused_form<E>::value) {
+    const auto* s = arg_of(lhs_of(e));
+    const std::size_t workspace = fused_workspace<value_type_t<E>>(rows_of(e), cols_of(s), chain_dk(s), cols_of(e));
+    c.fused_bytes = count * (c.fused_bytes - workspace) + workspace;
+  }
+  return c;
+}
+
+template <class E>
+constexpr std::size_t batch_count(const E* e) {
+  constexpr batch_extents b = static_batch_of<E>();
+  if constexpr (is_static(b[0]) && is_static(b[1])) return b[0] * b[1];
+  else return batch_of(*e)[0] * batch_of(*e)[1];
+}
+
 }  // namespace detail
 
 // What evaluating e costs (the conventions are at the top of this file).
 template <expression E>
 constexpr cost_estimate cost(const E& e) {
-  return detail::cost_of(&e, false);
+  return detail::batched_cost(&e, detail::batch_count(&e));
 }
 
 // The same from the type alone; a constant expression when every extent in
 // E is static.
 template <class E>
 constexpr cost_estimate static_cost() {
-  return detail::cost_of(static_cast<const detail::bare_t<E>*>(nullptr), false);
+  constexpr const detail::bare_t<E>* none = nullptr;
+  return detail::batched_cost(none, detail::batch_count(none));
 }
-
 }  // namespace qkv
