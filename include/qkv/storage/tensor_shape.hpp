@@ -18,7 +18,7 @@ struct tensor_shape {
   static constexpr std::size_t rank = sizeof...(E);
   static_assert(rank == 3 || rank == 4,
                 "qkv: tensor<T, E...> and tensor_view<T, E...> have rank 3 or 4 (the last two extents are the "
-                "matrix; use matrix or matrix_view for rank 2)");
+                "matrix, and a matrix or matrix_view is rank 2)");
   using extents_t = std::array<std::size_t, rank>;
   static constexpr extents_t static_extents{E...};
   static constexpr std::size_t static_rows = static_extents[rank - 2];
