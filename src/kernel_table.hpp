@@ -26,7 +26,11 @@ struct kernel_set {
   void (*attention_pack)(const attention_problem<T>& problem, T* shared);
   void (*attention_blocks)(const attention_problem<T>& problem, const T* shared, std::size_t b0, std::size_t b1,
                            T* scratch);
-  void (*attention_decode)(const attention_problem<T>& problem, T* scratch);
+  std::size_t (*attention_decode_parts)(std::size_t n, std::size_t m);
+  std::size_t (*attention_decode_part_size)(std::size_t n, std::size_t dv);
+  void (*attention_decode_part)(const attention_problem<T>& problem, std::size_t part, T* scratch, T* part_out);
+  void (*attention_decode_merge)(const attention_problem<T>& problem, const T* parts, std::size_t count);
+  void (*attention_decode)(const attention_problem<T>& problem, T* scratch, T* parts);
 };
 
 struct kernel_table {

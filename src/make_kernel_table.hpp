@@ -16,10 +16,24 @@ constexpr kernel_set<T> make_kernel_set() {
   using g = gemm_kernel<Arch, T>;
   using e = elementwise_kernel<Arch, T>;
   using at = attention_kernel<Arch, T>;
-  return {&g::workspace,       &g::run,          &softmax_kernel<Arch, T>::run, &e::multiply,
-          &e::divide,          &e::add,          &e::subtract,                  &e::copy,
-          &at::block_rows,     &at::shared_size, &at::scratch_size,             &at::pack,
-          &at::blocks,         &at::decode};
+  return {.gemm_workspace = &g::workspace,
+          .gemm = &g::run,
+          .softmax_rows = &softmax_kernel<Arch, T>::run,
+          .multiply = &e::multiply,
+          .divide = &e::divide,
+          .add = &e::add,
+          .subtract = &e::subtract,
+          .copy = &e::copy,
+          .attention_block_rows = &at::block_rows,
+          .attention_shared_size = &at::shared_size,
+          .attention_scratch_size = &at::scratch_size,
+          .attention_pack = &at::pack,
+          .attention_blocks = &at::blocks,
+          .attention_decode_parts = &at::decode_parts,
+          .attention_decode_part_size = &at::decode_part_size,
+          .attention_decode_part = &at::decode_part,
+          .attention_decode_merge = &at::decode_merge,
+          .attention_decode = &at::decode};
 }
 
 template <class Arch>

@@ -39,6 +39,14 @@ void copy(strided<const double> src, strided<double> dst);
 void attention(const attention_problem<float>& problem);
 void attention(const attention_problem<double>& problem);
 
+// Each of count independent problems, as above (the heads of a layer, the
+// members of a batch); no output overlaps another output or any input.
+// Consecutive problems with the same K and V views (grouped-query attention:
+// several query heads per key/value head) share one packing of them. The
+// results are those of the problems computed one by one.
+void attention(const attention_problem<float>* problems, std::size_t count);
+void attention(const attention_problem<double>* problems, std::size_t count);
+
 // Threads the kernels may use (0: the hardware's, the default), and how many.
 void set_threads(std::size_t n);
 std::size_t threads();

@@ -9,7 +9,8 @@
 // K and V are packed once per call (O(m·d) extra memory, read by every query
 // block); Q and the weights are read in place through row pointers. Key
 // blocks past the causal diagonal, or emptied by the mask, are skipped. For
-// a handful of queries (decoding) a GEMV-style loop reads K and V once.
+// a handful of queries (decoding) a GEMV-style loop reads K and V once, in
+// fixed parts of the keys merged by their log-sum-exp.
 #pragma once
 
 #include "attention_problem.hpp"
@@ -54,7 +55,8 @@ struct attention_kernel {
   // fills the shared buffer (K and V, read by every query block) once; then
   // blocks() runs query blocks [b0, b1) with a scratch buffer of its own.
   // A block is computed the same way whoever runs it. With at most
-  // decode_rows queries there is nothing to pack: decode() does it all.
+  // decode_rows queries there is nothing to pack: the decode functions below
+  // do it all, in parts of the keys that may be spread alike.
   static constexpr std::size_t block_rows() { return BR; }
 
   static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
@@ -63,7 +65,7 @@ struct attention_kernel {
   }
 
   static constexpr std::size_t scratch_size(std::size_t n, std::size_t m, std::size_t dv) {
-    if (n <= decode_rows) return aligned(round_up(m, W)) + 2 * aligned(round_up(dv, W));
+    if (n <= decode_rows) return aligned(round_up(min(m, decode_split), W)) + aligned(round_up(dv, W));
     return aligned(BR * BC) + aligned(BR * round_up(dv, NR)) + 2 * aligned(BR);
   }
 
@@ -231,94 +233,160 @@ struct attention_kernel {
     for (std::size_t r = 0; r < br; ++r) finish_row(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
   }
 
-  // A few queries: for each, every score by vector dot products, W keys at
-  // a time in independent accumulators, then one pass of exp, then the value
-  // rows weighted and summed in registers, a few output vectors at a time.
-  // K and V are read once, nothing is packed.
+  // A few queries (decoding): the m keys in fixed parts of decode_split,
+  // which a caller may spread over threads. For each part and each query,
+  // every score by vector dot products, W keys at a time in independent
+  // accumulators, then one pass of exp, then the value rows weighted and
+  // summed in registers, a few output vectors at a time: the part's row
+  // maximum, sum of exponentials and unnormalised output. K and V are read
+  // once, nothing is packed. The parts are then merged by their log-sum-exp
+  // in part order. The split never depends on the number of threads, so
+  // neither does the result; with one part (m ≤ decode_split) the merge
+  // only divides, as a single pass would.
  public:
-  static void decode(const attention_problem<T>& p, T* work) {
-    const std::size_t m = p.k.rows, dv = p.v.cols;
-    const std::size_t dvp = round_up(dv, W);
-    T* u = work;
-    T* o = u + aligned(round_up(m, W));
-    for (std::size_t i = 0; i < p.q.rows; ++i) {
-      const std::size_t end = key_end(p, i);
-      scores(p, p.q.ptr(i, 0), end, u);
-      T row_l = T(0);
-      for (std::size_t c = 0; c < dvp; ++c) o[c] = T(0);
-      if (end > 0) {
-        const T a = transform(p, i, 0, end, u);
-        const std::size_t padded = round_up(end, W);
-        for (std::size_t j = end; j < padded; ++j) u[j] = neg_inf;
-        const T mx = a * row_max(u, padded);
-        row_l = exponentiate(u, padded, a, mx == neg_inf ? T(0) : mx);
-        weighted_sum(p, u, end, o);
+  static constexpr std::size_t decode_split = 1024;
+  // Parts then cut no partial sum of sum_chunk keys, nor a group of the
+  // keys whose scores are computed side by side.
+  static_assert(decode_split % sum_chunk == 0 && decode_split % 8 == 0);
+
+  // How many parts a problem of n queries and m keys is decoded in; 0 when
+  // n is too large for decoding (pack() and blocks() do it).
+  static constexpr std::size_t decode_parts(std::size_t n, std::size_t m) {
+    if (n > decode_rows) return 0;
+    return m == 0 ? 1 : (m + decode_split - 1) / decode_split;
+  }
+
+  // One part's results: for each query row its maximum and sum (stats), then
+  // its unnormalised output, each row on its own aligned stretch.
+  static constexpr std::size_t decode_part_size(std::size_t n, std::size_t dv) {
+    return aligned(2 * n) + n * aligned(round_up(dv, W));
+  }
+
+  // Part `part` of the keys, into part_out (decode_part_size values).
+  static void decode_part(const attention_problem<T>& p, std::size_t part, T* scratch, T* part_out) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dv = p.v.cols;
+    const std::size_t j0 = part * decode_split, j1 = min(j0 + decode_split, m);
+    T* u = scratch;
+    T* leftover = u + aligned(round_up(min(m, decode_split), W));
+    T* stats = part_out;
+    for (std::size_t i = 0; i < n; ++i) {
+      T* o = part_out + aligned(2 * n) + i * aligned(round_up(dv, W));
+      for (std::size_t c = 0; c < round_up(dv, W); ++c) o[c] = T(0);
+      T mx = neg_inf, l = T(0);
+      const std::size_t end = min(key_end(p, i), j1);
+      if (end > j0) {
+        const std::size_t count = end - j0;
+        scores(p, p.q.ptr(i, 0), j0, count, u);
+        const T a = transform(p, i, j0, count, u);
+        const std::size_t padded = round_up(count, W);
+        for (std::size_t j = count; j < padded; ++j) u[j] = neg_inf;
+        mx = a * row_max(u, padded);
+        l = exponentiate(u, padded, a, mx == neg_inf ? T(0) : mx);
+        weighted_sum(p, u, j0, count, o, leftover);
       }
-      finish_row(o, row_l, p.out.ptr(i, 0), dv);
+      stats[2 * i] = mx;
+      stats[2 * i + 1] = l;
     }
   }
 
+  // Combines `count` parts, laid out one after another, into p.out. Part q
+  // weighs exp(m_q − M), M the largest part maximum; a part holding that
+  // maximum weighs exactly 1. A part with a NaN maximum or sum makes its row
+  // NaN; a row with nothing visible (every sum 0) gives zeros.
+  static void decode_merge(const attention_problem<T>& p, const T* parts, std::size_t count) {
+    const std::size_t n = p.q.rows, dv = p.v.cols, size = decode_part_size(n, dv);
+    for (std::size_t i = 0; i < n; ++i) {
+      T big = neg_inf;
+      for (std::size_t q = 0; q < count; ++q) {
+        const T mq = parts[q * size + 2 * i];
+        big = mq > big ? mq : big;
+      }
+      T* out = p.out.ptr(i, 0);
+      for (std::size_t c = 0; c < dv; ++c) out[c] = T(0);
+      T l = T(0);
+      for (std::size_t q = 0; q < count; ++q) {
+        const T* part = parts + q * size;
+        const T mq = part[2 * i];
+        const T w = mq == big ? T(1) : xsimd::exp(batch(mq - big)).get(0);
+        l += w * part[2 * i + 1];
+        const T* o = part + aligned(2 * n) + i * aligned(round_up(dv, W));
+        for (std::size_t c = 0; c < dv; ++c) out[c] += w * o[c];
+      }
+      finish_row(out, l, out, dv);
+    }
+  }
+
+  // Every part in order, into `parts` (decode_parts · decode_part_size
+  // values), then the merge: the same result as the parts spread over threads.
+  static void decode(const attention_problem<T>& p, T* scratch, T* parts) {
+    const std::size_t count = decode_parts(p.q.rows, p.k.rows), size = decode_part_size(p.q.rows, p.v.cols);
+    for (std::size_t q = 0; q < count; ++q) decode_part(p, q, scratch, parts + q * size);
+    decode_merge(p, parts, count);
+  }
+
  private:
-  // u[j] = q · k_j for j < end.
-  static void scores(const attention_problem<T>& p, const T* q, std::size_t end, T* u) {
+  // u[j] = q · k_{j0+j} for j < count.
+  static void scores(const attention_problem<T>& p, const T* q, std::size_t j0, std::size_t count, T* u) {
     constexpr std::size_t KB = 8;  // keys whose dot products run side by side
     const std::size_t dk = p.q.cols, body = dk - dk % W;
     std::size_t j = 0;
     if (p.k.col_stride == 1) {
-      for (; j + KB <= end; j += KB) {
+      for (; j + KB <= count; j += KB) {
         batch acc[KB];
         for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0));
         for (std::size_t c = 0; c < body; c += W) {
           const batch qc = batch::load_unaligned(q + c);
-          for (std::size_t t = 0; t < KB; ++t) acc[t] = xsimd::fma(qc, batch::load_unaligned(p.k.ptr(j + t, c)), acc[t]);
+          for (std::size_t t = 0; t < KB; ++t)
+            acc[t] = xsimd::fma(qc, batch::load_unaligned(p.k.ptr(j0 + j + t, c)), acc[t]);
         }
         // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
         for (std::size_t t = 0; t < KB; ++t) {
           T x = xsimd::hadd(acc[t]);
-          for (std::size_t c = body; c < dk; ++c) x += q[c] * p.k(j + t, c);
+          for (std::size_t c = body; c < dk; ++c) x += q[c] * p.k(j0 + j + t, c);
           u[j + t] = x;
         }
       }
     }
-    for (; j < end; ++j) u[j] = dot(q, p.k.ptr(j, 0), p.k.col_stride, dk);
+    for (; j < count; ++j) u[j] = dot(q, p.k.ptr(j0 + j, 0), p.k.col_stride, dk);
   }
 
-  // o = Σ_j u_j v_j over j < end, in partial sums of sum_chunk keys; zero
-  // weights (masked keys) are skipped.
-  static void weighted_sum(const attention_problem<T>& p, const T* u, std::size_t end, T* o) {
+  // o = Σ_j u_j v_{j0+j} over j < count, in partial sums of sum_chunk keys;
+  // zero weights (masked keys) are skipped. o (round_up(dv, W) values) is
+  // zero on entry; leftover holds dv values.
+  static void weighted_sum(const attention_problem<T>& p, const T* u, std::size_t j0, std::size_t count, T* o,
+                           T* leftover) {
     const std::size_t dv = p.v.cols;
     std::size_t c0 = 0;
     if (p.v.col_stride == 1) {
-      if constexpr (arch_traits_of::vector_registers == 32) c0 = weighted_columns<8>(p, u, end, o, c0);
-      c0 = weighted_columns<4>(p, u, end, o, c0);
-      c0 = weighted_columns<1>(p, u, end, o, c0);
+      if constexpr (arch_traits_of::vector_registers == 32) c0 = weighted_columns<8>(p, u, j0, count, o, c0);
+      c0 = weighted_columns<4>(p, u, j0, count, o, c0);
+      c0 = weighted_columns<1>(p, u, j0, count, o, c0);
     }
     if (c0 == dv) return;
     // Columns left over, element by element, through the same partial sums.
-    T* part = o + round_up(dv, W);
-    for (std::size_t j0 = 0; j0 < end; j0 += sum_chunk) {
-      for (std::size_t c = c0; c < dv; ++c) part[c] = T(0);
-      for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j)
-        if (u[j] != T(0)) axpy(u[j], p.v.ptr(j, c0), p.v.col_stride, part + c0, dv - c0);
-      for (std::size_t c = c0; c < dv; ++c) o[c] += part[c];
+    for (std::size_t jc = 0; jc < count; jc += sum_chunk) {
+      for (std::size_t c = c0; c < dv; ++c) leftover[c] = T(0);
+      for (std::size_t j = jc; j < min(count, jc + sum_chunk); ++j)
+        if (u[j] != T(0)) axpy(u[j], p.v.ptr(j0 + j, c0), p.v.col_stride, leftover + c0, dv - c0);
+      for (std::size_t c = c0; c < dv; ++c) o[c] += leftover[c];
     }
   }
 
   // Output columns [c0, …) in groups of NV vectors held in registers while
   // the value rows stream past; returns the first column not done.
   template <std::size_t NV>
-  static std::size_t weighted_columns(const attention_problem<T>& p, const T* u, std::size_t end, T* o,
-                                      std::size_t c0) {
+  static std::size_t weighted_columns(const attention_problem<T>& p, const T* u, std::size_t j0, std::size_t count,
+                                      T* o, std::size_t c0) {
     for (; c0 + NV * W <= p.v.cols; c0 += NV * W) {
       batch acc[NV];
       for (std::size_t r = 0; r < NV; ++r) acc[r] = batch(T(0));
-      for (std::size_t j0 = 0; j0 < end; j0 += sum_chunk) {
+      for (std::size_t jc = 0; jc < count; jc += sum_chunk) {
         batch part[NV];
         for (std::size_t r = 0; r < NV; ++r) part[r] = batch(T(0));
-        for (std::size_t j = j0; j < min(end, j0 + sum_chunk); ++j) {
+        for (std::size_t j = jc; j < min(count, jc + sum_chunk); ++j) {
           if (u[j] == T(0)) continue;
           const batch w(u[j]);
-          const T* vj = p.v.ptr(j, c0);
+          const T* vj = p.v.ptr(j0 + j, c0);
           for (std::size_t r = 0; r < NV; ++r) part[r] = xsimd::fma(w, batch::load_unaligned(vj + r * W), part[r]);
         }
         for (std::size_t r = 0; r < NV; ++r) acc[r] += part[r];
