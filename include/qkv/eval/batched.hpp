@@ -55,7 +55,7 @@ void batched_into(const E& e, const tensor_view<T, X...>& out) {
         problems.push_back(attention_problem_of<Policy>(slice(e, i), dense(o.data(), o.rows(), o.cols(), o.row_stride()),
                                                         keep[problems.size()]));
       });
-      for (const auto& p : problems) kernels::attention(p);  // TEMP
+      kernels::attention(problems.data(), problems.size());
       return;
     }
   }
