@@ -5,14 +5,11 @@
 // from one of the pool's workers, simply runs its pieces itself.
 #pragma once
 
+#include <qkv/kernels/parallel.hpp>
+
 #include <cstddef>
-#include <functional>
 
 namespace qkv::detail {
-
-// Runs piece(i) for every i < count, on up to threads() threads, the caller
-// among them; returns when all are done. Rethrows the first exception.
-void parallel_for(std::size_t count, const std::function<void(std::size_t)>& piece);
 
 void set_pool_threads(std::size_t n);  // 0: the hardware's
 std::size_t pool_threads();

@@ -11,6 +11,7 @@
 #include "slice.hpp"
 
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -50,12 +51,15 @@ void batched_into(const E& e, const tensor_view<T, X...>& out) {
       std::vector<fused_operands<T>> keep(count);
       std::vector<kernels::attention_problem<T>> problems;
       problems.reserve(count);
+      std::optional<fused_extension_t<E>> ext;  // the functors are those of e: the first index's serve all
       for_each_batch_index(b, [&](batch_extents i) {
         const auto o = out.batch_matrix(i);
+        fused_extension_t<E> mine;
         problems.push_back(attention_problem_of<Policy>(slice(e, i), dense(o.data(), o.rows(), o.cols(), o.row_stride()),
-                                                        keep[problems.size()]));
+                                                        keep[problems.size()], mine));
+        if (!ext) ext.emplace(std::move(mine));
       });
-      kernels::attention(problems.data(), problems.size());
+      if (ext) run_attention(problems.data(), problems.size(), *ext);
       return;
     }
   }

@@ -76,12 +76,47 @@ constexpr std::size_t fused_workspace(std::size_t n, std::size_t m, std::size_t 
 template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised);
 
+// What a similarity's term reads for Q and for K: its queries(Q) and keys(K)
+// expressions when it has them. Built only when e is not null.
+template <class E>
+constexpr cost_estimate similarity_operands_cost(const E* e) {
+  using F = bare_t<decltype(e->function())>;
+  using QL = bare_t<decltype(e->lhs())>;
+  using KL = bare_t<decltype(e->rhs())>;
+  using QI = bare_t<decltype(similarity_queries(std::declval<const F&>(), std::declval<const QL&>()))>;
+  using KI = bare_t<decltype(similarity_keys(std::declval<const F&>(), std::declval<const KL&>()))>;
+  if (e == nullptr) {
+    cost_estimate c = cost_of(static_cast<const QI*>(nullptr), true);
+    c += cost_of(static_cast<const KI*>(nullptr), true);
+    return c;
+  }
+  const auto& qi = similarity_queries(e->function(), e->lhs());
+  const auto& ki = similarity_keys(e->function(), e->rhs());
+  cost_estimate c = cost_of(&qi, true);
+  c += cost_of(&ki, true);
+  return c;
+}
+
+template <class E>
+constexpr std::size_t similarity_width(const E* e) {
+  using F = bare_t<decltype(e->function())>;
+  using QL = bare_t<decltype(e->lhs())>;
+  using QI = bare_t<decltype(similarity_queries(std::declval<const F&>(), std::declval<const QL&>()))>;
+  if constexpr (is_static(QI::static_cols)) return QI::static_cols;
+  else return similarity_queries(e->function(), e->lhs()).cols();
+}
+
 // Bytes a fused evaluation spends on a score chain's operands (Q, K and a
 // bias that are not storage get evaluated into buffers).
 template <class S>
 constexpr std::size_t chain_operand_bytes(const S* s) {
   if constexpr (is_product_v<S>) {
     return cost_of(lhs_of(s), true).fused_bytes + cost_of(arg_of(rhs_of(s)), true).fused_bytes;
+  } else if constexpr (is_similarity_v<S>) {
+    return similarity_operands_cost(s).fused_bytes;
+  } else if constexpr (is_neg_sq_l2_v<S>) {
+    return cost_of(lhs_of(s), true).fused_bytes + cost_of(rhs_of(s), true).fused_bytes +
+           rows_of(rhs_of(s)) * sizeof(value_type_t<S>);  // the keys' norms
   } else if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) {
       return chain_operand_bytes(lhs_of(s)) + cost_of(rhs_of(s), true).fused_bytes;
@@ -96,8 +131,10 @@ constexpr std::size_t chain_operand_bytes(const S* s) {
 // The head size of a score chain: the columns of its Q.
 template <class S>
 constexpr std::size_t chain_dk(const S* s) {
-  if constexpr (is_product_v<S>) {
+  if constexpr (is_product_v<S> || is_neg_sq_l2_v<S>) {
     return cols_of(lhs_of(s));
+  } else if constexpr (is_similarity_v<S>) {
+    return similarity_width(s);
   } else if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) return chain_dk(lhs_of(s));
     else return chain_dk(rhs_of(s));
@@ -135,10 +172,22 @@ constexpr cost_estimate cost_of(const E* e, bool materialised) {
       c.flops += n * m;
       c += cost_of(lhs_of(e), false);
       c += cost_of(rhs_of(e), true);
+    } else if constexpr (is_similarity_v<E>) {
+      // A term counts as a multiply and an add, whatever the user wrote.
+      c.flops += 2 * n * m * similarity_width(e);
+      c += similarity_operands_cost(e);
+    } else if constexpr (is_neg_sq_l2_v<E>) {
+      const std::size_t d = cols_of(lhs_of(e));
+      c.flops += 2 * n * m * d + 2 * (n + m) * d + 3 * n * m;
+      c += cost_of(lhs_of(e), true);
+      c += cost_of(rhs_of(e), true);
+      c.naive_bytes += (n + m) * sizeof(T);  // the norms
     } else {
-      // scaled, softmax, causal, masked: in place on their operand's values.
+      // scaled, softmax, causal, masked, score_mod, normalize_rows: in place
+      // on their operand's values.
       if constexpr (is_softmax_v<E>) c.flops += 4 * n * m, c.exps += n * m;
-      if constexpr (is_scaled_v<E>) c.flops += n * m;
+      if constexpr (is_scaled_v<E> || is_score_mod_v<E>) c.flops += n * m;
+      if constexpr (is_row_normalized_v<E>) c.flops += 3 * n * m;
       c += cost_of(arg_of(e), false);
     }
   }

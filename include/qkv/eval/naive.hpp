@@ -93,6 +93,18 @@ void copy_strided(kernels::strided<const T> src, kernels::strided<T> dst) {
   }
 }
 
+// For kernels that read rows in place (the fused kernel's Q, bias and mask,
+// a similarity's queries): unit column stride, copying if need be.
+template <class T>
+void make_rows_contiguous(operand<T>& x) {
+  if (x.view.col_stride == 1 || x.view.rows == 0) return;
+  operand<T> c{aligned_buffer<T>(x.view.rows * x.view.cols, aligned_buffer<T>::uninitialized), {}};
+  const auto dst = dense(c.owned.data(), x.view.rows, x.view.cols, x.view.cols);
+  copy_strided(x.view, dst);
+  c.view = dst.as_const();
+  x = std::move(c);
+}
+
 // matrix, matrix_view: their own memory.
 template <class E>
   requires leaf<E>

@@ -9,6 +9,8 @@
 #include "../expr/mask.hpp"
 #include "../expr/product.hpp"
 #include "../expr/scaled.hpp"
+#include "../expr/score_mod.hpp"
+#include "../expr/similarity.hpp"
 #include "../expr/softmax.hpp"
 #include "../expr/transpose.hpp"
 #include "../storage/matrix_view.hpp"
@@ -90,6 +92,40 @@ template <class S, class M>
 struct slicer<masked_expr<S, M>> {
   static auto apply(const masked_expr<S, M>& e, batch_extents i) {
     return masked(slice(e.arg(), operand_index(e, e.arg(), i)), slice(e.mask(), operand_index(e, e.mask(), i)));
+  }
+};
+
+template <class X>
+struct slicer<row_normalized_expr<X>> {
+  static auto apply(const row_normalized_expr<X>& e, batch_extents i) { return normalize_rows(slice(e.arg(), i)); }
+};
+
+template <class X, class F>
+struct slicer<score_mod_expr<X, F>> {
+  static auto apply(const score_mod_expr<X, F>& e, batch_extents i) { return score_mod(slice(e.arg(), i), e.function()); }
+};
+
+template <class X, class P>
+struct slicer<predicate_masked_expr<X, P>> {
+  static auto apply(const predicate_masked_expr<X, P>& e, batch_extents i) {
+    return masked(slice(e.arg(), i), e.predicate());
+  }
+};
+
+template <class Q, class K, class F>
+struct slicer<similarity_expr<Q, K, F>> {
+  static auto apply(const similarity_expr<Q, K, F>& e, batch_extents i) {
+    return similarity(slice(e.lhs(), operand_index(e, e.lhs(), i)), slice(e.rhs(), operand_index(e, e.rhs(), i)),
+                      e.function());
+  }
+};
+
+template <class Q, class K>
+struct slicer<neg_sq_l2_expr<Q, K>> {
+  static auto apply(const neg_sq_l2_expr<Q, K>& e, batch_extents i) {
+    auto q = slice(e.lhs(), operand_index(e, e.lhs(), i));
+    auto k = slice(e.rhs(), operand_index(e, e.rhs(), i));
+    return neg_sq_l2_expr<decltype(q), decltype(k)>(std::move(q), std::move(k));
   }
 };
 

@@ -4,6 +4,8 @@
 #include "../shape/check.hpp"
 #include "node.hpp"
 
+#include <concepts>
+#include <cstddef>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -49,6 +51,29 @@ class masked_expr
   const m_t& mask() const { return this->rhs(); }
 };
 
+// Masks S(i, j) where pred(i, j) is false (pred on std::size_t positions):
+// a sliding window, a prefix-LM, a block-sparse pattern, without an n×m mask
+// in memory. The fused kernel skips key blocks in which it keeps nothing.
+// pred must be pure and copyable.
+template <class S, class P>
+class predicate_masked_expr : public detail::same_shape_unary<S> {
+  static_assert(element<value_type_t<S>>, "qkv: masked(S, pred): S must be a float or double matrix");
+
+ public:
+  template <class A>
+  predicate_masked_expr(A&& s, P pred) : detail::same_shape_unary<S>(std::forward<A>(s)), pred_(std::move(pred)) {}
+
+  const P& predicate() const { return pred_; }
+
+ private:
+  [[no_unique_address]] P pred_;
+};
+
+template <class E>
+inline constexpr bool is_predicate_masked_v = false;
+template <class S, class P>
+inline constexpr bool is_predicate_masked_v<predicate_masked_expr<S, P>> = true;
+
 template <expression S>
 auto causal(S&& s) {
   return causal_expr<detail::closure_t<S&&>>(std::forward<S>(s));
@@ -57,6 +82,12 @@ auto causal(S&& s) {
 template <expression S, expression M>
 auto masked(S&& s, M&& m) {
   return masked_expr<detail::closure_t<S&&>, detail::closure_t<M&&>>(std::forward<S>(s), std::forward<M>(m));
+}
+
+template <expression S, class P>
+  requires(!expression<P> && std::predicate<const P&, std::size_t, std::size_t>)
+auto masked(S&& s, P pred) {
+  return predicate_masked_expr<detail::closure_t<S&&>, P>(std::forward<S>(s), std::move(pred));
 }
 
 }  // namespace qkv

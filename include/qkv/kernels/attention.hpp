@@ -14,6 +14,7 @@
 #pragma once
 
 #include "attention_problem.hpp"
+#include "extension.hpp"
 #include "register_tile.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -23,7 +24,10 @@
 
 namespace qkv::kernels {
 
-template <class Arch, class T>
+// Ext adds what the notation's extension points ask for (extension.hpp):
+// another similarity than the dot product, a score modifier, a predicate
+// mask. The library's compiled kernels use none.
+template <class Arch, class T, class Ext = no_extension>
 struct attention_kernel {
   using tile = register_tile<Arch, T>;
   using arch_traits_of = arch_traits<Arch>;
@@ -76,7 +80,18 @@ struct attention_kernel {
   }
 
   static void blocks(const attention_problem<T>& p, const T* shared, std::size_t b0, std::size_t b1, T* scratch) {
-    for (std::size_t b = b0; b < b1; ++b) query_block(p, shared, b * BR, scratch);
+    for (std::size_t b = b0; b < b1; ++b) query_block(p, shared, b * BR, scratch, Ext{});
+  }
+
+  // The same with an extension object (its functors may hold state); any n.
+  static constexpr std::size_t pack_size(std::size_t m, std::size_t dk, std::size_t dv) {
+    return aligned(round_up(m, NR) * dk) + aligned(round_up(dv, NR) * m);
+  }
+  static constexpr std::size_t block_scratch_size(std::size_t dv) {
+    return aligned(BR * BC) + aligned(BR * round_up(dv, NR)) + 2 * aligned(BR);
+  }
+  static void block(const attention_problem<T>& p, const T* shared, std::size_t b, T* scratch, const Ext& ext) {
+    query_block(p, shared, b * BR, scratch, ext);
   }
 
  private:
@@ -91,9 +106,10 @@ struct attention_kernel {
   // The scores of row i for keys [j0, j0 + count), raw q·k in u on entry.
   // Applies the bias and the masks; returns the factor a > 0 such that the
   // score is a·u (the scale is folded into the exponent when there is no bias).
-  static T transform(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u) {
+  static T transform(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u,
+                     const Ext& ext = Ext{}) {
     T a = p.scale;
-    if (p.bias.data != nullptr || !(p.scale > T(0))) {
+    if (p.bias.data != nullptr || p.col_bias.data != nullptr || !(p.scale > T(0)) || extension_traits<Ext>::modifies) {
       const batch vs(p.scale), vb(p.bias_scale);
       std::size_t j = 0;
       if (p.bias.data != nullptr) {
@@ -104,6 +120,11 @@ struct attention_kernel {
       } else {
         for (; j < count; ++j) u[j] *= p.scale;
       }
+      if (p.col_bias.data != nullptr) {
+        const T* c = p.col_bias.ptr(0, j0);
+        for (j = 0; j < count; ++j) u[j] += p.col_scale * c[j];
+      }
+      if constexpr (extension_traits<Ext>::modifies) modify(ext, i, j0, count, u);
       a = T(1);
     }
     const std::size_t end = key_end(p, i);
@@ -113,8 +134,66 @@ struct attention_kernel {
       for (std::size_t j = 0; j < count; ++j)
         if (!keep[j]) u[j] = neg_inf;
     }
+    if constexpr (extension_traits<Ext>::keeps) {
+      for (std::size_t j = 0; j < count; ++j)
+        if (!ext.keep(i, j0 + j)) u[j] = neg_inf;
+    }
     return a;
   }
+
+
+ public:
+  // s ← f(s, i, j) over a row: W keys at a time on batches, the tail on scalars.
+  static void modify(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u) {
+    alignas(64) T lanes[W];
+    for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
+    const batch iota = batch::load_aligned(lanes), vi(static_cast<T>(i));
+    std::size_t j = 0;
+    for (; j + W <= count; j += W) {
+      const batch vj = iota + batch(static_cast<T>(j0 + j));
+      batch(ext.modify(batch::load_unaligned(u + j), vi, vj)).store_unaligned(u + j);
+    }
+    for (; j < count; ++j) u[j] = static_cast<T>(ext.modify(u[j], static_cast<T>(i), static_cast<T>(j0 + j)));
+  }
+
+  // Whether the predicate keeps any pair of the block (else it is skipped).
+  static bool predicate_keeps_any(const Ext& ext, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols) {
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t j = 0; j < cols; ++j)
+        if (ext.keep(i0 + r, j0 + j)) return true;
+    return false;
+  }
+
+  // An MR×NR tile of scores Σ_c term(q_c, k_c) for a similarity of the
+  // user's: the register tile's loop with the user's term for the FMA.
+  static void term_tile(const Ext& ext, std::size_t dk, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc,
+                        std::size_t nr) {
+    batch lo[MR], hi[MR];
+    for (std::size_t r = 0; r < MR; ++r) lo[r] = hi[r] = batch(T(0));
+    for (std::size_t p = 0; p < dk; ++p) {
+      const batch b0 = batch::load_aligned(b), b1 = batch::load_aligned(b + W);
+      for (std::size_t r = 0; r < MR; ++r) {
+        const batch ar(a[r][p]);
+        lo[r] = lo[r] + batch(ext.term(ar, b0, p));
+        hi[r] = hi[r] + batch(ext.term(ar, b1, p));
+      }
+      b += NR;
+    }
+    alignas(64) T t[NR];
+    for (std::size_t r = 0; r < MR; ++r) {
+      T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;
+      if (nr == NR) {
+        lo[r].store_unaligned(cr);
+        hi[r].store_unaligned(cr + W);
+      } else {
+        lo[r].store_aligned(t);
+        hi[r].store_aligned(t + W);
+        for (std::size_t j = 0; j < nr; ++j) cr[j] = t[j];
+      }
+    }
+  }
+
+ private:
 
   static T row_max(const T* u, std::size_t padded) {
     batch vmax(neg_inf);
@@ -184,7 +263,7 @@ struct attention_kernel {
     return false;
   }
 
-  static void query_block(const attention_problem<T>& p, const T* shared, std::size_t i0, T* scratch) {
+  static void query_block(const attention_problem<T>& p, const T* shared, std::size_t i0, T* scratch, const Ext& ext) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const std::size_t dvp = round_up(dv, NR);
     const T* kp = shared;
@@ -202,18 +281,26 @@ struct attention_kernel {
     for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
       const std::size_t bc = min(kb, j_end - j0);
       if (p.mask.data != nullptr && !mask_keeps_any(p, i0, br, j0, bc)) continue;
+      if constexpr (extension_traits<Ext>::keeps) {
+        if (!predicate_keeps_any(ext, i0, br, j0, bc)) continue;
+      }
 
       // Scores of the block; rows past br read the last row again and are ignored.
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
-        for (std::size_t jr = 0; jr < bc; jr += NR)
-          tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
+        for (std::size_t jr = 0; jr < bc; jr += NR) {
+          if constexpr (extension_traits<Ext>::has_term) {
+            term_tile(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
+          } else {
+            tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
+          }
+        }
       }
       // Weights, in place.
       for (std::size_t r = 0; r < br; ++r) {
         T* u = s + r * BC;
-        const T a = transform(p, i0 + r, j0, bc, u);
+        const T a = transform(p, i0 + r, j0, bc, u, ext);
         online_step(u, bc, a, row_m[r], row_l[r], o + r * dvp, dvp);
       }
       // Unnormalised output += weights · values, in partial sums of at most

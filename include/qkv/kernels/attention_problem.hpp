@@ -1,6 +1,6 @@
 // What the fused attention kernel is asked to compute, in plain pointers and
-// strides: O = softmax(scale·(Q Kᵀ) + bias_scale·B, masked) V. The kernel
-// knows nothing of the expression it came from.
+// strides: O = softmax(scale·(Q Kᵀ) + bias_scale·B + col_scale·1cᵀ, masked) V.
+// The kernel knows nothing of the expression it came from.
 #pragma once
 
 #include "strided.hpp"
@@ -16,6 +16,8 @@ struct attention_problem {
   T scale = T(1);        // multiplies q·k
   strided<const T> bias{nullptr, 0, 0, 0, 1};  // n×m, unit column stride; none when data is null
   T bias_scale = T(1);
+  strided<const T> col_bias{nullptr, 0, 0, 0, 1};  // 1×m, added to every row (−‖k_j‖² of neg_sq_l2); none when null
+  T col_scale = T(1);
   bool causal = false;   // keys j > i + (m − n) excluded
   strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
 };

@@ -1,0 +1,51 @@
+// score_mod(S, f): S(i, j) → f(S(i, j), i, j), an elementwise function of a
+// score and its position, applied inside the fused loop: soft-capping
+// c·tanh(s/c), ALiBi s − slope·(i − j), relative-position terms. f is called
+// on numbers of the element type (s, and i and j converted to it) and on
+// xsimd batches of them (W keys side by side), so it is written once:
+//   auto alibi = [](auto s, auto i, auto j) { return s - 0.5f * (i - j); };
+// It must be pure (same arguments, same result, on any thread) and copyable.
+#pragma once
+
+#include "node.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <concepts>
+#include <utility>
+
+namespace qkv {
+
+template <class F, class T>
+concept score_modifier = requires(const F& f, T x, xsimd::batch<T> v) {
+  { f(x, x, x) } -> std::convertible_to<T>;
+  { f(v, v, v) } -> std::convertible_to<xsimd::batch<T>>;
+};
+
+template <class S, class F>
+class score_mod_expr : public detail::same_shape_unary<S> {
+  static_assert(element<value_type_t<S>>, "qkv: score_mod(S, f): S must be a float or double matrix");
+  static_assert(score_modifier<F, value_type_t<S>>,
+                "qkv: score_mod(S, f): f must be callable as f(s, i, j) on numbers and on xsimd batches");
+
+ public:
+  template <class A>
+  score_mod_expr(A&& s, F f) : detail::same_shape_unary<S>(std::forward<A>(s)), f_(std::move(f)) {}
+
+  const F& function() const { return f_; }
+
+ private:
+  [[no_unique_address]] F f_;
+};
+
+template <class E>
+inline constexpr bool is_score_mod_v = false;
+template <class S, class F>
+inline constexpr bool is_score_mod_v<score_mod_expr<S, F>> = true;
+
+template <expression S, class F>
+auto score_mod(S&& s, F f) {
+  return score_mod_expr<detail::closure_t<S&&>, F>(std::forward<S>(s), std::move(f));
+}
+
+}  // namespace qkv

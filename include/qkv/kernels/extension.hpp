@@ -1,0 +1,26 @@
+// What the fused kernel may be given beyond an attention_problem: the
+// functors of the notation's extension points. An extension object has any
+// of
+//   term(q, k, c)   a similarity's term for component c; the score is the sum
+//                   of the terms over the components (the dot product's is q·k)
+//   modify(s, i, j) a score modifier: the new score from the score and the
+//                   query and key positions
+//   keep(i, j)      a predicate mask: false excludes key j from query i
+// The first two are called on xsimd batches (W keys side by side, i and j as
+// values of the element type) and on scalars; keep on std::size_t indices.
+#pragma once
+
+#include <cstddef>
+
+namespace qkv::kernels {
+
+struct no_extension {};
+
+template <class Ext>
+struct extension_traits {
+  static constexpr bool has_term = requires(const Ext& e, float x) { e.term(x, x, std::size_t(0)); };
+  static constexpr bool modifies = requires(const Ext& e, float x) { e.modify(x, x, x); };
+  static constexpr bool keeps = requires(const Ext& e, std::size_t i) { e.keep(i, i); };
+};
+
+}  // namespace qkv::kernels
