@@ -59,6 +59,14 @@ struct chain_extension {
   {
     return (*keep_f)(i, j);
   }
+  // 1 or 0 when the predicate knows whether it keeps anything in a block
+  // (its member any(i_begin, i_end, j_begin, j_end)), −1 when it does not.
+  int keep_any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const
+    requires(!std::is_same_v<Keep, none>)
+  {
+    if constexpr (requires { keep_f->any(i0, i1, j0, j1); }) return keep_f->any(i0, i1, j0, j1) ? 1 : 0;
+    else return -1;
+  }
 };
 
 // A chain's traits: whether it matches, what it already holds (one bias,

@@ -94,7 +94,7 @@ struct attention_kernel {
     query_block(p, shared, b * BR, scratch, ext);
   }
 
- private:
+ public:
   // The last key (exclusive) that row i may see: all m, or i + (m − n) + 1 when causal.
   static std::size_t key_end(const attention_problem<T>& p, std::size_t i) {
     const std::size_t n = p.q.rows, m = p.k.rows;
@@ -135,8 +135,7 @@ struct attention_kernel {
         if (!keep[j]) u[j] = neg_inf;
     }
     if constexpr (extension_traits<Ext>::keeps) {
-      for (std::size_t j = 0; j < count; ++j)
-        if (!ext.keep(i, j0 + j)) u[j] = neg_inf;
+      for (std::size_t j = 0; j < count; ++j) u[j] = ext.keep(i, j0 + j) ? u[j] : neg_inf;
     }
     return a;
   }
@@ -157,10 +156,18 @@ struct attention_kernel {
   }
 
   // Whether the predicate keeps any pair of the block (else it is skipped).
+  // (Each row is OR-reduced without an early exit, which the compiler can
+  // vectorise for a predicate of plain comparisons.)
   static bool predicate_keeps_any(const Ext& ext, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols) {
-    for (std::size_t r = 0; r < rows; ++r)
-      for (std::size_t j = 0; j < cols; ++j)
-        if (ext.keep(i0 + r, j0 + j)) return true;
+    if constexpr (requires { ext.keep_any(i0, i0, j0, j0); }) {
+      const int hint = ext.keep_any(i0, i0 + rows, j0, j0 + cols);
+      if (hint >= 0) return hint != 0;
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      bool any = false;
+      for (std::size_t j = 0; j < cols; ++j) any |= static_cast<bool>(ext.keep(i0 + r, j0 + j));
+      if (any) return true;
+    }
     return false;
   }
 

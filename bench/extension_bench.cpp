@@ -1,0 +1,91 @@
+// The extension points, fused against naive, at T = 4096, d = 64, one thread:
+// every built-in similarity, a user similarity equal to the dot product, the
+// extension guide's two examples, ALiBi and a sliding-window predicate.
+// Built twice: qkv_extension_bench with the default flags (user functors run
+// on SSE2 on x86-64) and qkv_extension_bench_native with -march=native.
+//   build/bench/qkv_extension_bench_native --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <qkv/qkv.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <random>
+#include <string>
+
+namespace {
+
+using namespace qkv;
+using mat = matrix<float, dyn, dyn>;
+constexpr std::size_t T = 4096, d = 64;
+
+mat random(std::size_t r, std::size_t c, unsigned seed, float scale = 1) {
+  mat x(r, c);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (std::size_t k = 0; k < x.size(); ++k) x.data()[k] = u(gen);
+  return x;
+}
+
+struct inputs {
+  mat Q = random(T, d, 1), K = random(T, d, 2), V = random(T, d, 3), O = mat(T, d);
+  mat W = random(d, d, 4, 0.125f), Wq = random(d, 16, 5, 0.125f), Wk = random(d, 16, 6, 0.125f), w = random(1, 16, 7);
+};
+
+inputs& data() {
+  static inputs x;
+  return x;
+}
+
+const auto user_dot = [](auto q, auto k) { return q * k; };
+const auto neg_l1 = [](auto q, auto k) { return -xsimd::abs(q - k); };
+const auto soft_cap = [](auto s, auto, auto) {
+  using std::tanh;
+  return 30.0f * tanh(s / 30.0f);
+};
+const auto alibi = [](auto s, auto i, auto j) { return s - 0.0625f * (i - j); };
+const auto window = [](std::size_t i, std::size_t j) { return j <= i && i - j < 256; };
+// The same window with the block hint: whole key blocks are skipped unseen.
+struct window_with_hint {
+  bool operator()(std::size_t i, std::size_t j) const { return j <= i && i - j < 256; }
+  bool any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const { return j0 < i1 && j1 + 256 > i0 + 1; }
+};
+
+template <class Make>
+void add(const std::string& name, Make make) {
+  for (int fuse : {1, 0}) {
+    benchmark::RegisterBenchmark((name + (fuse ? "/fused" : "/naive")).c_str(), [make, fuse](benchmark::State& state) {
+      set_threads(1);
+      inputs& x = data();
+      const auto e = make(x);
+      for (auto _ : state) {
+        if (fuse) eval_into(x.O, e, fused);
+        else eval_into(x.O, e, naive);
+        benchmark::DoNotOptimize(x.O.data());
+      }
+      set_threads(0);
+    })->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+}
+
+int register_all() {
+  const float dk = float(d);
+  add("dot", [dk](inputs& x) { return softmax(similarity(x.Q, x.K, dot) / sqrt(dk)) * x.V; });
+  add("user_dot", [dk](inputs& x) { return softmax(similarity(x.Q, x.K, user_dot) / sqrt(dk)) * x.V; });
+  add("bilinear", [dk](inputs& x) { return softmax(similarity(x.Q, x.K, bilinear(x.W)) / sqrt(dk)) * x.V; });
+  add("cosine", [](inputs& x) { return softmax(similarity(x.Q, x.K, cosine) * 8.0f) * x.V; });
+  add("neg_sq_l2", [dk](inputs& x) { return softmax(similarity(x.Q, x.K, neg_sq_l2) / sqrt(dk)) * x.V; });
+  add("additive_da16", [](inputs& x) { return softmax(similarity(x.Q, x.K, additive(x.Wq, x.Wk, x.w))) * x.V; });
+  add("neg_l1", [](inputs& x) { return softmax(similarity(x.Q, x.K, neg_l1)) * x.V; });
+  add("soft_cap_causal", [](inputs& x) { return softmax(causal(score_mod(x.Q * transpose(x.K), soft_cap))) * x.V; });
+  add("alibi_causal", [dk](inputs& x) { return softmax(causal(score_mod(x.Q * transpose(x.K) / sqrt(dk), alibi))) * x.V; });
+  add("causal", [dk](inputs& x) { return softmax(causal(x.Q * transpose(x.K) / sqrt(dk))) * x.V; });
+  add("window256", [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), window)) * x.V; });
+  add("window256_hint",
+      [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), window_with_hint{})) * x.V; });
+  return 0;
+}
+
+[[maybe_unused]] const int registered = register_all();
+
+}  // namespace
