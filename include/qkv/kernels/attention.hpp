@@ -109,7 +109,7 @@ struct attention_kernel {
   static T transform(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u,
                      const Ext& ext = Ext{}) {
     T a = p.scale;
-    if (p.bias.data != nullptr || p.col_bias.data != nullptr || !(p.scale > T(0)) || extension_traits<Ext>::modifies) {
+    if (p.bias.data != nullptr || p.col_bias.data != nullptr || !(p.scale > T(0)) || extension_traits<Ext, T>::modifies) {
       const batch vs(p.scale), vb(p.bias_scale);
       std::size_t j = 0;
       if (p.bias.data != nullptr) {
@@ -124,7 +124,7 @@ struct attention_kernel {
         const T* c = p.col_bias.ptr(0, j0);
         for (j = 0; j < count; ++j) u[j] += p.col_scale * c[j];
       }
-      if constexpr (extension_traits<Ext>::modifies) modify(ext, i, j0, count, u);
+      if constexpr (extension_traits<Ext, T>::modifies) modify(ext, i, j0, count, u);
       a = T(1);
     }
     const std::size_t end = key_end(p, i);
@@ -134,7 +134,7 @@ struct attention_kernel {
       for (std::size_t j = 0; j < count; ++j)
         if (!keep[j]) u[j] = neg_inf;
     }
-    if constexpr (extension_traits<Ext>::keeps) {
+    if constexpr (extension_traits<Ext, T>::keeps) {
       for (std::size_t j = 0; j < count; ++j) u[j] = ext.keep(i, j0 + j) ? u[j] : neg_inf;
     }
     return a;
@@ -288,7 +288,7 @@ struct attention_kernel {
     for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
       const std::size_t bc = min(kb, j_end - j0);
       if (p.mask.data != nullptr && !mask_keeps_any(p, i0, br, j0, bc)) continue;
-      if constexpr (extension_traits<Ext>::keeps) {
+      if constexpr (extension_traits<Ext, T>::keeps) {
         if (!predicate_keeps_any(ext, i0, br, j0, bc)) continue;
       }
 
@@ -297,7 +297,7 @@ struct attention_kernel {
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
         for (std::size_t jr = 0; jr < bc; jr += NR) {
-          if constexpr (extension_traits<Ext>::has_term) {
+          if constexpr (extension_traits<Ext, T>::has_term) {
             term_tile(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
           } else {
             tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);

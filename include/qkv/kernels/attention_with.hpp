@@ -65,7 +65,7 @@ void attention_rows_with(const attention_problem<T>& p, const Ext& ext) {
   constexpr std::size_t rows = 64, MR = tile::MR, NR = tile::NR;
   const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols;
   buffer kp;
-  if constexpr (extension_traits<Ext>::has_term) {
+  if constexpr (extension_traits<Ext, T>::has_term) {
     kp = buffer((m + NR - 1) / NR * NR * dk, buffer::uninitialized);
     tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, kp.data());
   }
@@ -79,7 +79,7 @@ void attention_rows_with(const attention_problem<T>& p, const Ext& ext) {
     if (s.size() < size) s = buffer(size, buffer::uninitialized);
     T* sd = s.data();
     if (j_end > 0) {
-      if constexpr (extension_traits<Ext>::has_term) {
+      if constexpr (extension_traits<Ext, T>::has_term) {
         for (std::size_t ir = 0; ir < br; ir += MR) {
           const T* q_rows[MR];
           for (std::size_t r = 0; r < MR; ++r) q_rows[r] = p.q.ptr(i0 + (ir + r < br ? ir + r : br - 1), 0);

@@ -16,10 +16,11 @@ namespace qkv::kernels {
 
 struct no_extension {};
 
-template <class Ext>
+// Which of the three an extension has, for element type T.
+template <class Ext, class T>
 struct extension_traits {
-  static constexpr bool has_term = requires(const Ext& e, float x) { e.term(x, x, std::size_t(0)); };
-  static constexpr bool modifies = requires(const Ext& e, float x) { e.modify(x, x, x); };
+  static constexpr bool has_term = requires(const Ext& e, T x) { e.term(x, x, std::size_t(0)); };
+  static constexpr bool modifies = requires(const Ext& e, T x) { e.modify(x, x, x); };
   static constexpr bool keeps = requires(const Ext& e, std::size_t i) { e.keep(i, i); };
 };
 
