@@ -132,37 +132,55 @@ mat softmax_bound(const mat& s, const mat& p) {
   return r;
 }
 
-// Bound on the error of softmax(scale · Q Kᵀ [+ B] [masked]) V computed in T,
-// from the exact weights P. The score s_ij carries an absolute error
-// e_ij ≤ γ_dk (|Q||K|ᵀ)_ij·scale + 3u|s_ij| (the product; then the rounding of
-// the scale, of its reciprocal where the kernel multiplies by it, and of the
-// scaling itself, the bias riding in the same fused multiply-add). The fused
-// kernel's online rescaling adds a few u per key block, far below γ_m. A weight p_ij = exp(s_ij)/Σ_k exp(s_ik)
-// then moves by the relative amount |e_ij| + max_k |e_ik| ≤ 2·max_k e_ik, on top of
-// the softmax's own rounding (softmax_bound). The product with V adds γ_m.
-// To first order:
+// Bound on the error of softmax(S) V computed in T, from the exact scores S,
+// the exact weights P and a bound e_ij on the absolute error of each score as
+// the library computes it (whatever similarity, scaling, bias or modifier
+// produced it). The fused kernel's online rescaling adds a few u per key
+// block, far below γ_m. A weight p_ij = exp(s_ij)/Σ_k exp(s_ik) moves by the
+// relative amount |e_ij| + max_k |e_ik| ≤ 2·max_k e_ik, on top of the
+// softmax's own rounding (softmax_bound). The product with V adds γ_m. To
+// first order:
 //   |ΔO_il| ≤ Σ_j p_ij (2·max_k e_ik + u|s_ij − max_k s_ik| + 5u + 2γ_m) |V_jl|.
 // (plus tiny·|V_jl| per weight, for weights that flush to zero). The tests
-// allow twice this, for second-order terms.
+// allow twice this, for second-order terms. A constant added to a whole row
+// of scores changes neither the weights nor this bound, so e_ij may bound the
+// error against S plus such a constant (what a kernel that leaves it out computes).
 template <class T>
-mat attention_bound(const mat& q, const mat& k, const mat& v, real scale_factor, const mat& scores, const mat& p) {
+mat attention_bound_from_scores(const mat& score_error, const mat& v, const mat& scores, const mat& p) {
   const real u = unit_roundoff<T>;
-  const mat qk_abs = scale(matmul(abs(q), transpose(abs(k))), scale_factor);
-  mat r(q.rows, v.cols);
-  for (std::size_t i = 0; i < q.rows; ++i) {
+  mat r(scores.rows, v.cols);
+  for (std::size_t i = 0; i < scores.rows; ++i) {
     real emax = 0, smax = -std::numeric_limits<real>::infinity();
-    for (std::size_t j = 0; j < k.rows; ++j) {
+    for (std::size_t j = 0; j < scores.cols; ++j) {
       if (p(i, j) == 0) continue;
-      emax = std::fmax(emax, gamma<T>(q.cols) * qk_abs(i, j) + 3 * u * std::fabs(scores(i, j)));
+      emax = std::fmax(emax, score_error(i, j));
       smax = std::fmax(smax, scores(i, j));
     }
-    for (std::size_t j = 0; j < k.rows; ++j) {
+    for (std::size_t j = 0; j < scores.cols; ++j) {
       if (p(i, j) == 0) continue;
-      const real rel = 2 * emax + u * std::fabs(scores(i, j) - smax) + 5 * u + 2 * gamma<T>(k.rows);
+      const real rel = 2 * emax + u * std::fabs(scores(i, j) - smax) + 5 * u + 2 * gamma<T>(scores.cols);
       for (std::size_t l = 0; l < v.cols; ++l) r(i, l) += (p(i, j) * rel + tiny<T>) * std::fabs(v(j, l));
     }
   }
   return scale(r, 2);
+}
+
+// The bound for softmax(scale · Q Kᵀ [+ B] [masked]) V: the score s_ij
+// carries an absolute error e_ij ≤ γ_dk (|Q||K|ᵀ)_ij·scale + 3u|s_ij| (the
+// product; then the rounding of the scale, of its reciprocal where the
+// kernel multiplies by it, and of the scaling itself, the bias riding in the
+// same fused multiply-add).
+template <class T>
+mat attention_bound(const mat& q, const mat& k, const mat& v, real scale_factor, const mat& scores, const mat& p) {
+  const real u = unit_roundoff<T>;
+  const mat qk_abs = scale(matmul(abs(q), transpose(abs(k))), scale_factor);
+  mat e(q.rows, k.rows);
+  for (std::size_t i = 0; i < q.rows; ++i)
+    for (std::size_t j = 0; j < k.rows; ++j) {
+      if (p(i, j) == 0) continue;  // masked: its error does not matter (and |s_ij| is infinite)
+      e(i, j) = gamma<T>(q.cols) * qk_abs(i, j) + 3 * u * std::fabs(scores(i, j));
+    }
+  return attention_bound_from_scores<T>(e, v, scores, p);
 }
 
 // Uniform values in [lo, hi], the same on every platform (std's

@@ -190,7 +190,8 @@ template <class E>
 constexpr void require_fused_form() {
   static_assert(has_fused_form<E>,
                 "qkv: eval(e, qkv::fused): e has no fused form (fused evaluates softmax(S) * V, S being Q * "
-                "transpose(K) scaled, causal, masked or plus a bias)");
+                "transpose(K) or similarity(Q, K, f) scaled, causal, masked or plus a bias, and at most one "
+                "score_mod inside the masks and outside the scaling and the bias, not around neg_sq_l2)");
 }
 
 }  // namespace detail

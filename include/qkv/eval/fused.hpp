@@ -52,12 +52,12 @@ struct chain_extension {
   template <class V>
     requires(!std::is_same_v<Mod, none>)
   V modify(const V& s, const V& i, const V& j) const {
-    return static_cast<V>((*mod_f)(s, i, j));
+    return call_modifier(*mod_f, s, i, j);
   }
   bool keep(std::size_t i, std::size_t j) const
     requires(!std::is_same_v<Keep, none>)
   {
-    return (*keep_f)(i, j);
+    return call_predicate(*keep_f, i, j);
   }
   // 1 or 0 when the predicate knows whether it keeps anything in a block
   // (its member any(i_begin, i_end, j_begin, j_end)), −1 when it does not.
@@ -122,8 +122,8 @@ struct score_chain<similarity_expr<Q, K, F>> : chain_base {
   using term_type = F;
   template <class Policy, class T, class Ext>
   static void describe(const similarity_expr<Q, K, F>& e, score_parts<T>& parts, Ext& ext) {
-    parts.q = node_operand<Policy>(similarity_queries(e.function(), e.lhs()));
-    parts.k = node_operand<Policy>(similarity_keys(e.function(), e.rhs()));
+    parts.q = similarity_operand<Policy>(similarity_queries(e.function(), e.lhs()));
+    parts.k = similarity_operand<Policy>(similarity_keys(e.function(), e.rhs()));
     ext.term_f.emplace(e.function());
   }
 };

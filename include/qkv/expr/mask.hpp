@@ -58,6 +58,8 @@ class masked_expr
 template <class S, class P>
 class predicate_masked_expr : public detail::same_shape_unary<S> {
   static_assert(element<value_type_t<S>>, "qkv: masked(S, pred): S must be a float or double matrix");
+  static_assert(std::predicate<const P&, std::size_t, std::size_t>,
+                "qkv: masked(S, pred): pred must be callable as pred(i, j) on std::size_t positions, giving a bool");
 
  public:
   template <class A>
@@ -68,6 +70,18 @@ class predicate_masked_expr : public detail::same_shape_unary<S> {
  private:
   [[no_unique_address]] P pred_;
 };
+
+namespace detail {
+
+// pred(i, j). (For a pred not callable so the node's static_assert has said
+// so: false, and no more errors.)
+template <class P>
+bool call_predicate(const P& pred, std::size_t i, std::size_t j) {
+  if constexpr (std::predicate<const P&, std::size_t, std::size_t>) return static_cast<bool>(pred(i, j));
+  else return false;
+}
+
+}  // namespace detail
 
 template <class E>
 inline constexpr bool is_predicate_masked_v = false;
@@ -85,7 +99,7 @@ auto masked(S&& s, M&& m) {
 }
 
 template <expression S, class P>
-  requires(!expression<P> && std::predicate<const P&, std::size_t, std::size_t>)
+  requires(!expression<P>)
 auto masked(S&& s, P pred) {
   return predicate_masked_expr<detail::closure_t<S&&>, P>(std::forward<S>(s), std::move(pred));
 }

@@ -22,6 +22,18 @@ concept score_modifier = requires(const F& f, T x, xsimd::batch<T> v) {
   { f(v, v, v) } -> std::convertible_to<xsimd::batch<T>>;
 };
 
+namespace detail {
+
+// f(s, i, j) as a V. (For an f not callable so the node's static_assert has
+// said so: s unchanged, and no more errors.)
+template <class F, class V>
+V call_modifier(const F& f, const V& s, const V& i, const V& j) {
+  if constexpr (requires { static_cast<V>(f(s, i, j)); }) return static_cast<V>(f(s, i, j));
+  else return s;
+}
+
+}  // namespace detail
+
 template <class S, class F>
 class score_mod_expr : public detail::same_shape_unary<S> {
   static_assert(element<value_type_t<S>>, "qkv: score_mod(S, f): S must be a float or double matrix");

@@ -26,7 +26,7 @@ class similarity_expr
   static_assert(std::is_same_v<value_type_t<Q>, value_type_t<K>>, "qkv: similarity(Q, K, f): Q and K have different element types");
   static_assert(similarity_term<F, value_type_t<Q>>,
                 "qkv: similarity(Q, K, f): f must be callable as f(q, k) or f(q, k, c) on numbers and on xsimd batches");
-  static_assert(static_extents_agree<q_in::static_cols, k_in::static_cols>,
+  static_assert(static_extents_agree<q_in::static_cols, k_in::static_cols> || !detail::similarity_well_formed<F>(),
                 "qkv: similarity(Q, K, f): the rows of Q and of K (after f's queries and keys) have different lengths");
   static constexpr batch_extents q_batch = detail::static_batch_of<q_t>(), k_batch = detail::static_batch_of<k_t>();
   static_assert(static_batches_agree<q_batch[0], q_batch[1], k_batch[0], k_batch[1], true>,

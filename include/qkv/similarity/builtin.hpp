@@ -53,6 +53,9 @@ class additive_t {
                 "qkv: additive(Wq, Wk, w): Wq and Wk project to different widths");
 
  public:
+  static constexpr bool qkv_well_formed =
+      leaf<wv_t> && static_extents_agree<detail::bare_t<Wq>::static_cols, detail::bare_t<Wk>::static_cols>;
+
   template <class A, class B, class C>
   additive_t(A&& wq, B&& wk, C&& w) : wq_(std::forward<A>(wq)), wk_(std::forward<B>(wk)), w_(std::forward<C>(w)) {
     const std::size_t da = wq_.cols();
@@ -101,13 +104,21 @@ auto similarity(Q&& q, K&& k, dot_t) {
   return std::forward<Q>(q) * transpose(std::forward<K>(k));
 }
 
+// (The products check the extents; with static ones they say so while
+// compiling, as A * B. Dynamic ones are checked here first, to name the node.)
 template <expression Q, expression K, class W>
 auto similarity(Q&& q, K&& k, bilinear_t<W> b) {
+  constexpr const char* what =
+      "similarity(Q, K, bilinear(W)): W must have as many rows as Q has columns, and as many columns as K";
+  detail::require_equal(q.cols(), b.w.rows(), what, q.rows(), q.cols(), b.w.rows(), b.w.cols());
+  detail::require_equal(b.w.cols(), k.cols(), what, b.w.rows(), b.w.cols(), k.rows(), k.cols());
   return (std::forward<Q>(q) * static_cast<W&&>(b.w)) * transpose(std::forward<K>(k));
 }
 
 template <expression Q, expression K>
 auto similarity(Q&& q, K&& k, cosine_t) {
+  detail::require_equal(q.cols(), k.cols(), "similarity(Q, K, cosine): the rows of Q and of K have different lengths",
+                        q.rows(), q.cols(), k.rows(), k.cols());
   return normalize_rows(std::forward<Q>(q)) * transpose(normalize_rows(std::forward<K>(k)));
 }
 

@@ -29,11 +29,21 @@ concept similarity_term = requires(const F& f, T x, xsimd::batch<T> v) {
 
 namespace detail {
 
-// f's term for component c, whichever of the two forms f has.
+// f's term for component c, whichever of the two forms f has. (For an f
+// of neither form the node's static_assert has said so: no more errors.)
 template <class F, class V>
 V call_term(const F& f, const V& q, const V& k, std::size_t c) {
-  if constexpr (requires { f(q, k, c); }) return static_cast<V>(f(q, k, c));
-  else return static_cast<V>(f(q, k));
+  if constexpr (requires { static_cast<V>(f(q, k, c)); }) return static_cast<V>(f(q, k, c));
+  else if constexpr (requires { static_cast<V>(f(q, k)); }) return static_cast<V>(f(q, k));
+  else return V(0);
+}
+
+// Whether the checks of f's own type passed (a built-in similarity whose
+// operands disagree says so itself; the node's checks then stay quiet).
+template <class F>
+constexpr bool similarity_well_formed() {
+  if constexpr (requires { F::qkv_well_formed; }) return F::qkv_well_formed;
+  else return true;
 }
 
 // The operand a similarity's term reads for Q (and K): f.queries(Q) if f has it.
