@@ -4,7 +4,7 @@
 // accurate as the naive evaluation and keeps the masked-row and NaN rules.
 #include <catch2/catch.hpp>
 
-#include "reference.hpp"
+#include "support.hpp"
 
 #include <qkv/qkv.hpp>
 
@@ -17,12 +17,6 @@ using namespace qkv;
 
 namespace {
 
-// Restores the thread count a test changed.
-struct threads_guard {
-  std::size_t saved = threads();
-  ~threads_guard() { set_threads(saved); }
-};
-
 template <class T>
 using dense = matrix<T, dyn, dyn>;
 
@@ -34,12 +28,6 @@ kernels::strided<const T> view(const dense<T>& x) {
 template <class T>
 kernels::strided<T> output(dense<T>& x) {
   return {x.data(), x.rows(), x.cols(), static_cast<std::ptrdiff_t>(x.cols()), 1};
-}
-
-template <class T>
-bool bitwise_equal(const dense<T>& a, const dense<T>& b) {
-  return a.rows() == b.rows() && a.cols() == b.cols() &&
-         (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // A query head: its queries, output, and optionally a bias and a mask.
@@ -97,7 +85,7 @@ std::vector<dense<T>> one_by_one(std::vector<kernels::attention_problem<T>> prob
 // Batch and single entry, on 1, 2 and 3 threads: all bit-identical.
 template <class T>
 void check_bit_identical(const std::vector<kernels::attention_problem<T>>& problems) {
-  threads_guard guard;
+  test::threads_guard guard;
   set_threads(1);
   const auto want = one_by_one(problems);
   for (std::size_t t : {1, 2, 3}) {
@@ -106,8 +94,8 @@ void check_bit_identical(const std::vector<kernels::attention_problem<T>>& probl
     const auto single = one_by_one(problems);
     for (std::size_t i = 0; i < problems.size(); ++i) {
       INFO("threads = " << t << ", problem " << i);
-      CHECK(bitwise_equal(batched[i], want[i]));
-      CHECK(bitwise_equal(single[i], want[i]));
+      CHECK(test::same_bits(batched[i], want[i]));
+      CHECK(test::same_bits(single[i], want[i]));
     }
   }
 }
@@ -214,7 +202,7 @@ const char* name(variant v) {
 // 2 and 3 threads.
 template <class T>
 void check_decode(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv, variant var, std::uint32_t seed) {
-  threads_guard guard;
+  test::threads_guard guard;
   ref::rng rng(seed);
   dense<T> Q(n, dk), K(m, dk), V(m, dv), B(n, m);
   rng.fill(Q, -2, 2);
@@ -264,7 +252,7 @@ void check_decode(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv, 
   CHECK(ref::max_error(got, want) <= 2 * std::fmax(ref::max_error(got_naive, want), floor));
   for (std::size_t t : {2, 3}) {
     set_threads(t);
-    CHECK(bitwise_equal(through_batch(std::vector{p})[0], got));
+    CHECK(test::same_bits(through_batch(std::vector{p})[0], got));
   }
 }
 
@@ -282,7 +270,7 @@ TEST_CASE("decoding split over parts of the keys matches the reference", "[batch
 }
 
 TEST_CASE("split decoding: a fully masked row gives zeros and NaN poisons only its row", "[batch][decode]") {
-  threads_guard guard;
+  test::threads_guard guard;
   constexpr std::size_t n = 4, m = 5000, d = 32;
   ref::rng rng(91);
   dense<float> Q(n, d), K(m, d), V(m, d), B(n, m);
@@ -324,6 +312,6 @@ TEST_CASE("split decoding: a fully masked row gives zeros and NaN poisons only i
     CHECK(std::fabs(static_cast<ref::real>(got(2, l)) - want(2, l)) <= bound(2, l));
   for (std::size_t t : {2, 3}) {
     set_threads(t);
-    CHECK(bitwise_equal(through_batch(std::vector{p})[0], got));
+    CHECK(test::same_bits(through_batch(std::vector{p})[0], got));
   }
 }

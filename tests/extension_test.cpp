@@ -14,7 +14,7 @@
 // largest output (attention_test.cpp explains the floor).
 #include <catch2/catch.hpp>
 
-#include "reference.hpp"
+#include "support.hpp"
 
 #include <qkv/qkv.hpp>
 
@@ -31,6 +31,10 @@
 #include <vector>
 
 using namespace qkv;
+using test::fill;
+using test::same_bits;
+using test::same_bits_tensor;
+using test::threads_guard;
 
 namespace {
 
@@ -43,30 +47,6 @@ using bmat = matrix<bool, dyn, dyn>;
 
 const char* type_name(float) { return "float"; }
 const char* type_name(double) { return "double"; }
-
-struct threads_guard {
-  std::size_t saved = threads();
-  ~threads_guard() { set_threads(saved); }
-};
-
-template <class A, class B>
-bool same_bits(const A& a, const B& b) {
-  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
-  for (std::size_t i = 0; i < a.rows(); ++i)
-    for (std::size_t j = 0; j < a.cols(); ++j)
-      if (std::memcmp(&a(i, j), &b(i, j), sizeof(a(i, j))) != 0) return false;
-  return true;
-}
-
-template <class A>
-bool same_bits_tensor(const A& a, const A& b) {
-  return a.extents() == b.extents() && std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;
-}
-
-template <class Tensor>
-void fill(Tensor& t, ref::rng& rng, double lo = -1, double hi = 1) {
-  for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<typename Tensor::value_type>(rng.uniform(lo, hi));
-}
 
 // ---------------------------------------------------------------------------
 // The user's similarities and modifiers used below. Each is written once,
@@ -1034,7 +1014,7 @@ void check_predicate(const char* what, std::size_t n, std::size_t m, std::size_t
   // translation unit's instruction set), the matrix in the compiled one:
   // the same loop when those sets agree and the queries are more than the
   // compiled kernels' decoding path takes (4).
-  if (std::string(active_arch()) == xsimd::default_arch::name() && n > 4) CHECK(same_bits(pf, mf));
+  if (kernels::runs_like_library<xsimd::default_arch>() && n > 4) CHECK(same_bits(pf, mf));
   // Fully masked rows give zeros, in every evaluation.
   for (std::size_t i = 0; i < n; ++i) {
     bool any = false;
@@ -1146,7 +1126,7 @@ TEST_CASE("key blocks a predicate empties are skipped by the online loop", "[ext
   // The online loop (which runs here when this unit is compiled for the
   // instruction set the library runs) skips the emptied blocks; otherwise the
   // scores of a block of queries are computed for every key it may see.
-  if (std::string(active_arch()) == xsimd::default_arch::name()) CHECK(half_calls * 10 <= full_calls * 6);
+  if (kernels::runs_like_library<xsimd::default_arch>()) CHECK(half_calls * 10 <= full_calls * 6);
   else CHECK(half_calls <= full_calls);
   scores sc = scaled<float>(dot_scores<float>(ref::from(in.Q), ref::from(in.K)), 1);
   sc.s = masked_by(sc.s, odd_key_blocks_t{});

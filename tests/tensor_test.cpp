@@ -4,7 +4,7 @@
 // over thread counts.
 #include <catch2/catch.hpp>
 
-#include "reference.hpp"
+#include "support.hpp"
 
 #include <qkv/qkv.hpp>
 
@@ -16,34 +16,10 @@
 #include <vector>
 
 using namespace qkv;
-
-namespace {
-
-struct threads_guard {
-  std::size_t saved = threads();
-  ~threads_guard() { set_threads(saved); }
-};
-
-template <class Tensor>
-void fill(Tensor& t, ref::rng& rng, double lo = -1, double hi = 1) {
-  for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<typename Tensor::value_type>(rng.uniform(lo, hi));
-}
-
-template <class A, class B>
-bool same_bits(const A& a, const B& b) {
-  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
-  for (std::size_t i = 0; i < a.rows(); ++i)
-    for (std::size_t j = 0; j < a.cols(); ++j)
-      if (std::memcmp(&a(i, j), &b(i, j), sizeof(a(i, j))) != 0) return false;
-  return true;
-}
-
-template <class T>
-bool same_bits_tensor(const T& a, const T& b) {
-  return a.extents() == b.extents() && std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0;
-}
-
-}  // namespace
+using test::fill;
+using test::same_bits;
+using test::same_bits_tensor;
+using test::threads_guard;
 
 TEST_CASE("tensor: extents, element access, zero fill", "[tensor][storage]") {
   tensor<float, dyn, dyn, dyn, 8> t(2, 3, 5);  // the dynamic extents, in order

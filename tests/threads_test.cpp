@@ -2,7 +2,7 @@
 // from several user threads at once.
 #include <catch2/catch.hpp>
 
-#include "reference.hpp"
+#include "support.hpp"
 
 #include <qkv/qkv.hpp>
 
@@ -12,24 +12,8 @@
 
 using namespace qkv;
 
-namespace {
-
-// Restores the thread count a test changed.
-struct threads_guard {
-  std::size_t saved = threads();
-  ~threads_guard() { set_threads(saved); }
-};
-
-template <class M>
-bool bitwise_equal(const M& a, const M& b) {
-  return a.rows() == b.rows() && a.cols() == b.cols() &&
-         std::memcmp(a.data(), b.data(), a.size() * sizeof(typename M::value_type)) == 0;
-}
-
-}  // namespace
-
 TEST_CASE("set_threads and threads", "[threads]") {
-  threads_guard guard;
+  test::threads_guard guard;
   set_threads(3);
   CHECK(threads() == 3);
   set_threads(1);
@@ -39,7 +23,7 @@ TEST_CASE("set_threads and threads", "[threads]") {
 }
 
 TEST_CASE("fused results are bit-identical with 1, 2 and 3 threads", "[threads]") {
-  threads_guard guard;
+  test::threads_guard guard;
   const auto [n, m, d] = GENERATE(table<std::size_t, std::size_t, std::size_t>({
       {200, 200, 64}, {129, 300, 17}, {64, 64, 8}, {333, 1000, 32}, {3, 500, 64},
   }));
@@ -65,12 +49,12 @@ TEST_CASE("fused results are bit-identical with 1, 2 and 3 threads", "[threads]"
   for (std::size_t t : {2, 3}) {
     set_threads(t);
     const auto many = all();
-    for (std::size_t k = 0; k < one.size(); ++k) CHECK(bitwise_equal(one[k], many[k]));
+    for (std::size_t k = 0; k < one.size(); ++k) CHECK(test::same_bits(one[k], many[k]));
   }
 }
 
 TEST_CASE("evaluations from several user threads at once", "[threads]") {
-  threads_guard guard;
+  test::threads_guard guard;
   set_threads(2);
   ref::rng rng(42);
   matrix<float, dyn, dyn> Q(300, 32), K(400, 32), V(400, 32);
@@ -85,5 +69,5 @@ TEST_CASE("evaluations from several user threads at once", "[threads]") {
       for (int rep = 0; rep < 5; ++rep) got[u] = eval(softmax(causal(Q * transpose(K))) * V);
     });
   for (std::thread& t : users) t.join();
-  for (const auto& g : got) CHECK(bitwise_equal(g, want));
+  for (const auto& g : got) CHECK(test::same_bits(g, want));
 }

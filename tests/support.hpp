@@ -1,0 +1,42 @@
+// What several test files share beyond the reference: restoring the thread
+// count, bit-for-bit comparisons, and random tensors.
+#pragma once
+
+#include "reference.hpp"
+
+#include <qkv/qkv.hpp>
+
+#include <cstddef>
+#include <cstring>
+
+namespace test {
+
+// Restores the thread count a test changed.
+struct threads_guard {
+  std::size_t saved = qkv::threads();
+  ~threads_guard() { qkv::set_threads(saved); }
+};
+
+// Two matrices (or views) of one shape with the same bits in every element.
+template <class A, class B>
+bool same_bits(const A& a, const B& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
+  for (std::size_t i = 0; i < a.rows(); ++i)
+    for (std::size_t j = 0; j < a.cols(); ++j)
+      if (std::memcmp(&a(i, j), &b(i, j), sizeof(a(i, j))) != 0) return false;
+  return true;
+}
+
+// The same for two owning tensors.
+template <class T>
+bool same_bits_tensor(const T& a, const T& b) {
+  return a.extents() == b.extents() && (a.size() == 0 || std::memcmp(a.data(), b.data(), a.size() * sizeof(*a.data())) == 0);
+}
+
+// Uniform values in [lo, hi] in every element of an owning tensor.
+template <class Tensor>
+void fill(Tensor& t, ref::rng& rng, double lo = -1, double hi = 1) {
+  for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<typename Tensor::value_type>(rng.uniform(lo, hi));
+}
+
+}  // namespace test
