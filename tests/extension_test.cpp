@@ -167,8 +167,11 @@ struct alibi_t {
 };
 
 // A relative-position bias by buckets that grow with the distance:
-// s + w·⌊√|i − j|⌋ (√ is correctly rounded and an integer's root is never
-// within an ulp of the next integer below 2^20, so the buckets are exact).
+// s + w·⌊√|i − j|⌋, computed as ⌊√(|i − j| + ½)⌋, the same for integers, so
+// that the buckets stay exact with a square root a few ulps off (xsimd 8.1
+// approximates the float square root of NEON batches): √(k² + ½) lies
+// 1/(4k) above k and √(k² − ½) as far below, far more than an ulp for the
+// distances here.
 template <class T>
 struct bucket_t {
   T w;
@@ -177,7 +180,7 @@ struct bucket_t {
     using std::abs;
     using std::floor;
     using std::sqrt;
-    return s + w * floor(sqrt(abs(i - j)));
+    return s + w * floor(sqrt(abs(i - j) + V(0.5)));
   }
 };
 
@@ -436,7 +439,10 @@ void check_pair(const A& got_naive, const B& got_fused, const scores& sc, const 
   CHECK(ref::worst_ratio(got_naive, want, bound) <= 1);
   CHECK(ref::worst_ratio(got_fused, want, bound) <= 1);
   const real floor = 8 * ref::unit_roundoff<T> * ref::max_abs(want);
-  if (!compare_to_naive) return;
+  // Below 64 outputs the largest (or the mean) of two strategies' errors of
+  // one size differs by more than 2× for too many inputs to say anything:
+  // the bound alone holds there.
+  if (!compare_to_naive || want.v.size() < 64) return;
   if (want.rows > 4) {
     CHECK(ref::max_error(got_fused, want) <= 2 * std::fmax(ref::max_error(got_naive, want), floor));
   } else {
