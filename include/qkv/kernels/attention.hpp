@@ -63,33 +63,35 @@ struct attention_kernel {
   // do it all, in parts of the keys that may be spread alike.
   static constexpr std::size_t block_rows() { return BR; }
 
-  static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
-    if (n <= decode_rows) return 0;
-    return aligned(round_up(m, NR) * dk) + aligned(round_up(dv, NR) * m);
-  }
-
-  static constexpr std::size_t scratch_size(std::size_t n, std::size_t m, std::size_t dv) {
-    if (n <= decode_rows) return aligned(round_up(min(m, decode_split), W)) + aligned(round_up(dv, W));
-    return aligned(BR * BC) + aligned(BR * round_up(dv, NR)) + 2 * aligned(BR);
-  }
-
-  static void pack(const attention_problem<T>& p, T* shared) {
-    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
-    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared);
-    tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, shared + aligned(round_up(m, NR) * dk));
-  }
-
-  static void blocks(const attention_problem<T>& p, const T* shared, std::size_t b0, std::size_t b1, T* scratch) {
-    for (std::size_t b = b0; b < b1; ++b) query_block(p, shared, b * BR, scratch, Ext{});
-  }
-
-  // The same with an extension object (its functors may hold state); any n.
+  // K packed for the score tile and V for the output tile (any n), and a
+  // query block's scores, output and row statistics.
   static constexpr std::size_t pack_size(std::size_t m, std::size_t dk, std::size_t dv) {
     return aligned(round_up(m, NR) * dk) + aligned(round_up(dv, NR) * m);
   }
   static constexpr std::size_t block_scratch_size(std::size_t dv) {
     return aligned(BR * BC) + aligned(BR * round_up(dv, NR)) + 2 * aligned(BR);
   }
+
+  static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
+    return n <= decode_rows ? 0 : pack_size(m, dk, dv);
+  }
+
+  static constexpr std::size_t scratch_size(std::size_t n, std::size_t m, std::size_t dv) {
+    if (n <= decode_rows) return aligned(round_up(min(m, decode_split), W)) + aligned(round_up(dv, W));
+    return block_scratch_size(dv);
+  }
+
+  static void pack(const attention_problem<T>& p, T* shared) {
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared);
+    tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, shared + pack_size(m, dk, 0));
+  }
+
+  static void blocks(const attention_problem<T>& p, const T* shared, std::size_t b0, std::size_t b1, T* scratch) {
+    for (std::size_t b = b0; b < b1; ++b) query_block(p, shared, b * BR, scratch, Ext{});
+  }
+
+  // One query block with an extension object (its functors may hold state).
   static void block(const attention_problem<T>& p, const T* shared, std::size_t b, T* scratch, const Ext& ext) {
     query_block(p, shared, b * BR, scratch, ext);
   }
@@ -274,7 +276,7 @@ struct attention_kernel {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const std::size_t dvp = round_up(dv, NR);
     const T* kp = shared;
-    const T* vp = kp + aligned(round_up(m, NR) * dk);
+    const T* vp = kp + pack_size(m, dk, 0);
     T* s = scratch;
     T* o = s + aligned(BR * BC);
     T* row_m = o + aligned(BR * dvp);
