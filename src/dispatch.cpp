@@ -243,6 +243,10 @@ void subtract(strided<double> x, strided<const double> y) { set<double>().subtra
 void copy(strided<const float> src, strided<float> dst) { set<float>().copy(src, dst); }
 void copy(strided<const double> src, strided<double> dst) { set<double>().copy(src, dst); }
 
+blocking active_blocking(std::size_t element_bytes) {
+  return element_bytes == sizeof(float) ? set<float>().attention_sizes : set<double>().attention_sizes;
+}
+
 void set_threads(std::size_t n) { detail::set_pool_threads(n); }
 std::size_t threads() { return detail::pool_threads(); }
 

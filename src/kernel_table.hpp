@@ -4,6 +4,7 @@
 #pragma once
 
 #include <qkv/kernels/attention_problem.hpp>
+#include <qkv/kernels/blocking.hpp>
 #include <qkv/kernels/strided.hpp>
 
 #include <cstddef>
@@ -31,6 +32,7 @@ struct kernel_set {
   void (*attention_decode_part)(const attention_problem<T>& problem, std::size_t part, T* scratch, T* part_out);
   void (*attention_decode_merge)(const attention_problem<T>& problem, const T* parts, std::size_t count);
   void (*attention_decode)(const attention_problem<T>& problem, T* scratch, T* parts);
+  blocking attention_sizes;
 };
 
 struct kernel_table {

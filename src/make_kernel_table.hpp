@@ -33,7 +33,8 @@ constexpr kernel_set<T> make_kernel_set() {
           .attention_decode_part_size = &at::decode_part_size,
           .attention_decode_part = &at::decode_part,
           .attention_decode_merge = &at::decode_merge,
-          .attention_decode = &at::decode};
+          .attention_decode = &at::decode,
+          .attention_sizes = at::sizes};
 }
 
 template <class Arch>

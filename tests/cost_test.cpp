@@ -17,11 +17,17 @@ using attention_t = decltype(softmax(std::declval<const matrix<float, N, DK>&>()
                              std::declval<const matrix<float, M, DV>&>());
 
 // By hand: Q Kᵀ 2·n·m·dk, the scaling n·m, softmax 4·n·m and n·m
-// exponentials, P V 2·n·m·dv. Naive keeps the n×m weights (4 bytes each);
-// fused packs K and V (m·(dk + dv) floats) and keeps a 64×256 score block,
-// a 64×dv output block and 2·64 row statistics.
+// exponentials, P V 2·n·m·dv. Naive keeps the n×m weights (4 bytes each).
 constexpr std::size_t flops(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
   return 2 * n * m * dk + n * m + 4 * n * m + 2 * n * m * dv;
+}
+
+// Fused, by hand, from the kernel's block sizes: K and V packed (m·(dk + dv)
+// floats) with a flag per value row, a BR×256 score block, a BR×dv output
+// block and 2·BR row statistics, each buffer rounded up to 64 bytes.
+constexpr std::size_t round16(std::size_t x) { return (x + 15) / 16 * 16; }
+constexpr std::size_t fused_floats(std::size_t br, std::size_t m, std::size_t dk, std::size_t dv) {
+  return round16(m * dk) + round16(m * dv) + round16(m) + round16(br * 256) + round16(br * dv) + 2 * round16(br);
 }
 
 }  // namespace
@@ -31,16 +37,49 @@ TEST_CASE("cost of single-head attention, counted by hand", "[cost]") {
   STATIC_REQUIRE(c.flops == flops(1024, 1024, 64, 64));
   STATIC_REQUIRE(c.exps == 1024 * 1024);
   STATIC_REQUIRE(c.naive_bytes == 1024 * 1024 * 4);
-  STATIC_REQUIRE(c.fused_bytes == (1024 * 128 + 64 * 256 + 64 * 64 + 128) * 4);
+  // In a constant expression: the widest instruction set's 64-row blocks
+  // (8-row register tiles on AVX-512 and on NEON).
+  STATIC_REQUIRE(c.fused_bytes == fused_floats(64, 1024, 64, 64) * 4);
 
-  // Decoding: one query, no packing.
+  // Decoding: one query, no packing; a part of 1024 keys' scores and the
+  // output row as scratch, and each of the 4 parts' maximum, sum and output
+  // kept for the merge.
   constexpr cost_estimate d = static_cost<attention_t<1, 4096, 128, 128>>();
   STATIC_REQUIRE(d.naive_bytes == 4096 * 4);
-  STATIC_REQUIRE(d.fused_bytes == (4096 + 2 * 128) * 4);
+  STATIC_REQUIRE(d.fused_bytes == (1024 + 128 + 4 * (16 + 128)) * 4);
 
-  // Dynamic shapes: the same numbers, at run time.
+  // Dynamic shapes: the same numbers at run time, with the blocks of the
+  // instruction set that runs (66 rows on AVX2, six-row tiles).
   matrix<float, dyn, dyn> Q(1024, 64), K(1024, 64), V(1024, 64);
-  CHECK(cost(softmax(Q * transpose(K) / sqrt(dim<64>)) * V) == c);
+  const cost_estimate r = cost(softmax(Q * transpose(K) / sqrt(dim<64>)) * V);
+  CHECK(r.flops == c.flops);
+  CHECK(r.exps == c.exps);
+  CHECK(r.naive_bytes == c.naive_bytes);
+  const std::size_t br = kernels::active_blocking(sizeof(float)).query_rows;
+  INFO("kernels: " << active_arch() << ", " << br << " query rows a block");
+  CHECK(r.fused_bytes == fused_floats(br, 1024, 64, 64) * 4);
+}
+
+TEST_CASE("cost of causal attention counts the visible pairs", "[cost][mask]") {
+  // n = m = T: T(T + 1)/2 pairs; n < m (bottom-right): row i sees i + m − n + 1.
+  using causal_t = decltype(softmax(causal(std::declval<const matrix<float, 1024, 64>&>() *
+                                           transpose(std::declval<const matrix<float, 1024, 64>&>()))) *
+                            std::declval<const matrix<float, 1024, 64>&>());
+  constexpr cost_estimate c = static_cost<causal_t>();
+  constexpr std::size_t pairs = 1024 * 1025 / 2;
+  // Per pair: 2·64 for the score, 4 for the softmax, 2·64 for the product with V.
+  STATIC_REQUIRE(c.flops == pairs * (2 * 64 + 4 + 2 * 64));
+  STATIC_REQUIRE(c.exps == pairs);
+  STATIC_REQUIRE(c.naive_bytes == 1024 * 1024 * 4);  // node by node keeps every score
+
+  matrix<float, dyn, dyn> Q(3, 8), K(5, 8), V(5, 8), Qt(7, 8);
+  // Rows 0, 1, 2 see 3, 4, 5 keys; with 7 queries and 5 keys rows 2..6 see 1..5.
+  CHECK(cost(softmax(causal(Q * transpose(K))) * V).exps == 12);
+  CHECK(cost(softmax(causal(Qt * transpose(K))) * V).exps == 15);
+  CHECK(cost(softmax(causal(Qt * transpose(K)) * 0.5f) * V).flops == 15 * (2 * 8 + 1 + 4 + 2 * 8));
+  // A mask matrix counts every pair: its contents are data.
+  matrix<bool, dyn, dyn> M(3, 5);
+  CHECK(cost(softmax(masked(Q * transpose(K), M)) * V).exps == 15);
 }
 
 TEST_CASE("cost of other expressions", "[cost]") {

@@ -5,14 +5,26 @@
 //
 // Conventions: a product of n×k by k×m is 2·n·k·m FLOPs; scaling and sums 1
 // per element; softmax 4 per element (maximum, subtraction, sum, division)
-// and one exponential; masks none. FLOPs are those of the formula as written
-// (a fused causal evaluation skips about half of them). Bytes are the
-// intermediates a strategy materialises and, for a fused attention, its
-// packed K and V and its score and output blocks (padding aside); the small,
-// bounded packing buffers of the matrix product are not counted.
+// and one exponential; masks none. A fused attention counts what its kernel
+// computes: every per-pair term for each pair of a query and a key it may
+// see, i.e. all n·m pairs, or under causal the visible ones (about half); a
+// mask matrix or a predicate counts every pair, its contents being data (the
+// kernel skips the key blocks they empty). Node by node, every pair counts.
+// Bytes are the intermediates a strategy materialises and, for a fused
+// attention, its packed K and V and its score and output blocks (padding
+// included), with the block sizes of the instruction set that runs (in a
+// constant expression, of the widest the target's CPU family has: AVX-512 on
+// x86-64, NEON on AArch64); the small, bounded packing buffers of the matrix
+// product are not counted.
 #pragma once
 
 #include "fused.hpp"
+
+#include "../kernels/api.hpp"
+#include "../kernels/blocking.hpp"
+
+#include <xsimd/xsimd.hpp>
+#include <type_traits>
 
 #include <cstddef>
 
@@ -66,12 +78,45 @@ inline constexpr bool viewable = leaf<E> || tensor_leaf<E>;
 template <class X>
 inline constexpr bool viewable<transpose_expr<X>> = viewable<bare_t<X>>;
 
-// The fused kernel's own buffers (attention.hpp), padding aside.
+// The fused kernel's block sizes (above).
+template <class T>
+constexpr kernels::blocking attention_blocking() {
+  using widest = std::conditional_t<xsimd::neon64::supported(), xsimd::neon64, xsimd::avx512bw>;
+  if (std::is_constant_evaluated()) return kernels::blocking_of<widest, T>();
+  return kernels::active_blocking(sizeof(T));
+}
+
+// The fused kernel's own buffers, on one thread.
 template <class T>
 constexpr std::size_t fused_workspace(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
-  if (n <= 4) return (m + 2 * dv) * sizeof(T);                            // decoding
-  return (m * (dk + dv) + 64 * 256 + 64 * dv + 2 * 64) * sizeof(T);       // packed K, V; blocks
+  return attention_blocking<T>().workspace_size(n, m, dk, dv) * sizeof(T);
 }
+
+// The pairs of n queries and m keys that causal attention sees: row i the
+// first min(m, i + m − n + 1) keys, none where that is not positive.
+constexpr std::size_t causal_pairs(std::size_t n, std::size_t m) {
+  if (n == 0 || m == 0) return 0;
+  // The rows that see anything see first, first + 1, …, m keys.
+  const std::size_t first = n > m ? 1 : m - n + 1;
+  return (first + m) * (m - first + 1) / 2;
+}
+
+// Whether a score chain holds causal.
+template <class S>
+struct causal_in_chain : std::false_type {};
+template <class X>
+struct causal_in_chain<causal_expr<X>> : std::true_type {};
+template <class X, class S, scale_op Op>
+struct causal_in_chain<scaled_expr<X, S, Op>> : causal_in_chain<bare_t<X>> {};
+template <class X, class M>
+struct causal_in_chain<masked_expr<X, M>> : causal_in_chain<bare_t<X>> {};
+template <class X, class P>
+struct causal_in_chain<predicate_masked_expr<X, P>> : causal_in_chain<bare_t<X>> {};
+template <class X, class F>
+struct causal_in_chain<score_mod_expr<X, F>> : causal_in_chain<bare_t<X>> {};
+template <class A, class B, elementwise_op Op>
+struct causal_in_chain<elementwise_expr<A, B, Op>>
+    : causal_in_chain<bare_t<std::conditional_t<score_chain<elementwise_expr<A, B, Op>>::left, A, B>>> {};
 
 template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised);
@@ -106,25 +151,33 @@ constexpr std::size_t similarity_width(const E* e) {
   else return similarity_queries(e->function(), e->lhs()).cols();
 }
 
-// Bytes a fused evaluation spends on a score chain's operands (Q, K and a
+// What a fused evaluation spends on a score chain's operands (Q, K and a
 // bias that are not storage get evaluated into buffers).
 template <class S>
-constexpr std::size_t chain_operand_bytes(const S* s) {
+constexpr cost_estimate chain_operands_cost(const S* s) {
   if constexpr (is_product_v<S>) {
-    return cost_of(lhs_of(s), true).fused_bytes + cost_of(arg_of(rhs_of(s)), true).fused_bytes;
+    cost_estimate c = cost_of(lhs_of(s), true);
+    c += cost_of(arg_of(rhs_of(s)), true);
+    return c;
   } else if constexpr (is_similarity_v<S>) {
-    return similarity_operands_cost(s).fused_bytes;
+    return similarity_operands_cost(s);
   } else if constexpr (is_neg_sq_l2_v<S>) {
-    return cost_of(lhs_of(s), true).fused_bytes + cost_of(rhs_of(s), true).fused_bytes +
-           rows_of(rhs_of(s)) * sizeof(value_type_t<S>);  // the keys' norms
+    cost_estimate c = cost_of(lhs_of(s), true);
+    c += cost_of(rhs_of(s), true);
+    c.fused_bytes += rows_of(rhs_of(s)) * sizeof(value_type_t<S>);  // the keys' norms
+    return c;
   } else if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) {
-      return chain_operand_bytes(lhs_of(s)) + cost_of(rhs_of(s), true).fused_bytes;
+      cost_estimate c = chain_operands_cost(lhs_of(s));
+      c += cost_of(rhs_of(s), true);
+      return c;
     } else {
-      return chain_operand_bytes(rhs_of(s)) + cost_of(lhs_of(s), true).fused_bytes;
+      cost_estimate c = chain_operands_cost(rhs_of(s));
+      c += cost_of(lhs_of(s), true);
+      return c;
     }
   } else {
-    return chain_operand_bytes(arg_of(s));  // scaled, causal, masked
+    return chain_operands_cost(arg_of(s));  // scaled, causal, masked
   }
 }
 
@@ -162,9 +215,18 @@ constexpr cost_estimate cost_of(const E* e, bool materialised) {
       c.naive_bytes += a.naive_bytes + b.naive_bytes;
       if constexpr (fused_form<E>::value) {
         // softmax(S) * V in one loop nest: no score matrix, only the
-        // kernel's buffers and whatever Q, K, V and a bias need.
-        const auto* s = arg_of(lhs_of(e));
-        c.fused_bytes += chain_operand_bytes(s) + b.fused_bytes + fused_workspace<T>(n, cols_of(s), chain_dk(s), m);
+        // kernel's buffers and whatever Q, K, V and a bias need; every
+        // per-pair term for the pairs the kernel computes.
+        using S = bare_t<decltype(lhs_of(e)->arg())>;
+        const S* s = arg_of(lhs_of(e));
+        const std::size_t mk = cols_of(s), all = n * mk;
+        const std::size_t pairs = causal_in_chain<S>::value ? causal_pairs(n, mk) : all;
+        const cost_estimate ops = chain_operands_cost(s);
+        c.fused_bytes += ops.fused_bytes + b.fused_bytes + fused_workspace<T>(n, mk, chain_dk(s), m);
+        if (all != 0 && pairs != all) {
+          c.flops = ops.flops + b.flops + (c.flops - ops.flops - b.flops) / all * pairs;
+          c.exps = ops.exps + b.exps + (c.exps - ops.exps - b.exps) / all * pairs;
+        }
       } else {
         c.fused_bytes += a.fused_bytes + b.fused_bytes;
       }

@@ -143,7 +143,9 @@ struct naive_evaluator<product_expr<A, B>> {
   static void into(const product_expr<A, B>& e, kernels::strided<T> out) {
     const operand<T> a = node_operand<Policy>(e.lhs());
     const operand<T> b = node_operand<Policy>(e.rhs());
-    kernels::gemm(a.view, b.view, out.data, out.row_stride);
+    // softmax(S) * V: a key a row may not see (weight 0) is not read for it.
+    if constexpr (is_softmax_v<bare_t<A>>) kernels::weigh(a.view, b.view, out.data, out.row_stride);
+    else kernels::gemm(a.view, b.view, out.data, out.row_stride);
   }
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "attention_problem.hpp"
+#include "blocking.hpp"
 #include "strided.hpp"
 
 #include <cstddef>
@@ -13,6 +14,12 @@ namespace qkv::kernels {
 // c = a · b, with c row-major (row stride ldc); a and b may have any strides.
 void gemm(strided<const float> a, strided<const float> b, float* c, std::ptrdiff_t ldc);
 void gemm(strided<const double> a, strided<const double> b, double* c, std::ptrdiff_t ldc);
+
+// c = w · v for weights w (a softmax's rows), where a weight of 0 reads
+// nothing of its value row: NaN or ±∞ in a row of v reach only the rows of c
+// that weigh it. Otherwise as gemm.
+void weigh(strided<const float> w, strided<const float> v, float* c, std::ptrdiff_t ldc);
+void weigh(strided<const double> w, strided<const double> v, double* c, std::ptrdiff_t ldc);
 
 // Each row of x replaced by its softmax; a row of −∞ becomes zeros, a row
 // holding a NaN becomes NaN.
@@ -46,6 +53,10 @@ void attention(const attention_problem<double>& problem);
 // results are those of the problems computed one by one.
 void attention(const attention_problem<float>* problems, std::size_t count);
 void attention(const attention_problem<double>* problems, std::size_t count);
+
+// The block sizes of the fused attention on the instruction set that runs,
+// for elements of element_bytes (4: float, 8: double).
+blocking active_blocking(std::size_t element_bytes);
 
 // Threads the kernels may use (0: the hardware's, the default), and how many.
 void set_threads(std::size_t n);

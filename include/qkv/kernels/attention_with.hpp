@@ -102,7 +102,7 @@ void attention_rows_with(const attention_problem<T>& p, const Ext& ext) {
     }
     const strided<const T> pb{sd, br, j_end, static_cast<std::ptrdiff_t>(ld), 1};
     const strided<const T> vb{p.v.data, j_end, p.v.cols, p.v.row_stride, p.v.col_stride};
-    gemm(pb, vb, p.out.ptr(i0, 0), p.out.row_stride);
+    weigh(pb, vb, p.out.ptr(i0, 0), p.out.row_stride);  // a masked key reads nothing of its value row
   });
 }
 

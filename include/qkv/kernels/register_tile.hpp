@@ -6,6 +6,7 @@
 #pragma once
 
 #include "arch_traits.hpp"
+#include "blocking.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -17,10 +18,7 @@ template <class Arch, class T>
 struct register_tile {
   using batch = xsimd::batch<T, Arch>;
   static constexpr std::size_t W = batch::size;
-  // 2·MR accumulators, two B vectors and one A broadcast: 32 registers at
-  // MR = 8, 16 at MR = 6. Without FMA a product needs a temporary: MR = 4.
-  static constexpr std::size_t MR =
-      arch_traits<Arch>::vector_registers == 32 ? 8 : (arch_traits<Arch>::has_fma ? 6 : 4);
+  static constexpr std::size_t MR = tile_rows_of<Arch>();  // (blocking.hpp says why)
   static constexpr std::size_t NR = 2 * W;
 
   struct accumulators {

@@ -1,0 +1,188 @@
+// The fused attention for a few queries (decoding): the m keys in fixed
+// parts of decode_split, which a caller may spread over threads. For each
+// part and each query, every score by vector dot products, W keys at a time
+// in independent accumulators, then one pass of exp, then the value rows
+// weighted and summed in registers, a few output vectors at a time: the
+// part's row maximum, sum of exponentials and unnormalised output. K and V
+// are read once, nothing is packed. The parts are then merged by their
+// log-sum-exp in part order. The split never depends on the number of
+// threads, so neither does the result; with one part (m ≤ decode_split) the
+// merge only divides, as a single pass would.
+//
+// A value row whose weight is 0 (a key the row may not see) is never read.
+#pragma once
+
+#include "arch_traits.hpp"
+#include "attention_problem.hpp"
+#include "blocking.hpp"
+#include "online_softmax.hpp"
+#include "score_transform.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+
+namespace qkv::kernels {
+
+template <class Arch, class T, class Ext, blocking B>
+struct attention_decode {
+  using batch = xsimd::batch<T, Arch>;
+  using scores_of = score_transform<Arch, T, Ext>;
+  using softmax = online_softmax<Arch, T>;
+  static constexpr std::size_t W = batch::size;
+  static_assert(B.valid() && B.lanes == W, "qkv: internal: blocking of another instruction set");
+
+  static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
+  static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return blocking::round_up(x, to); }
+  static constexpr std::size_t aligned(std::size_t elements) { return B.aligned(elements); }
+  static constexpr std::size_t part_size(std::size_t n, std::size_t dv) { return B.decode_part_size(n, dv); }
+
+  // Part `part` of the keys (blocking::decode_parts), into part_out
+  // (decode_part_size values); scratch holds decode_scratch_size.
+  static void part(const attention_problem<T>& p, std::size_t part, T* scratch, T* part_out) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dv = p.v.cols;
+    const std::size_t j0 = part * B.decode_split, j1 = min(j0 + B.decode_split, m);
+    T* u = scratch;
+    T* leftover = u + aligned(round_up(min(m, B.decode_split), W));
+    T* stats = part_out;
+    for (std::size_t i = 0; i < n; ++i) {
+      T* o = part_out + aligned(2 * n) + i * aligned(round_up(dv, W));
+      for (std::size_t c = 0; c < round_up(dv, W); ++c) o[c] = T(0);
+      T mx = softmax::neg_inf, l = T(0);
+      const std::size_t end = min(scores_of::key_end(p, i), j1);
+      if (end > j0) {
+        const std::size_t count = end - j0;
+        scores(p, p.q.ptr(i, 0), j0, count, u);
+        mx = softmax::whole_row(u, count, scores_of::apply(p, i, j0, count, u), l);
+        weighted_sum(p, u, j0, count, o, leftover);
+      }
+      stats[2 * i] = mx;
+      stats[2 * i + 1] = l;
+    }
+  }
+
+  // Combines `count` parts, laid out one after another, into p.out. Part q
+  // weighs exp(m_q − M), M the largest part maximum; a part holding that
+  // maximum weighs exactly 1. A part with a NaN maximum or sum makes its row
+  // NaN; a row with nothing visible (every sum 0) gives zeros.
+  static void merge(const attention_problem<T>& p, const T* parts, std::size_t count) {
+    const std::size_t n = p.q.rows, dv = p.v.cols, size = part_size(n, dv);
+    for (std::size_t i = 0; i < n; ++i) {
+      T big = softmax::neg_inf;
+      for (std::size_t q = 0; q < count; ++q) {
+        const T mq = parts[q * size + 2 * i];
+        big = mq > big ? mq : big;
+      }
+      T* out = p.out.ptr(i, 0);
+      for (std::size_t c = 0; c < dv; ++c) out[c] = T(0);
+      T l = T(0);
+      for (std::size_t q = 0; q < count; ++q) {
+        const T* at = parts + q * size;
+        const T mq = at[2 * i];
+        const T w = mq == big ? T(1) : xsimd::exp(batch(mq - big)).get(0);
+        l += w * at[2 * i + 1];
+        const T* o = at + aligned(2 * n) + i * aligned(round_up(dv, W));
+        for (std::size_t c = 0; c < dv; ++c) out[c] += w * o[c];
+      }
+      softmax::finish(out, l, out, dv);
+    }
+  }
+
+ private:
+  // u[j] = q · k_{j0+j} for j < count.
+  static void scores(const attention_problem<T>& p, const T* q, std::size_t j0, std::size_t count, T* u) {
+    constexpr std::size_t KB = 8;  // keys whose dot products run side by side
+    const std::size_t dk = p.q.cols, body = dk - dk % W;
+    std::size_t j = 0;
+    if (p.k.col_stride == 1) {
+      for (; j + KB <= count; j += KB) {
+        batch acc[KB];
+        for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0));
+        for (std::size_t c = 0; c < body; c += W) {
+          const batch qc = batch::load_unaligned(q + c);
+          for (std::size_t t = 0; t < KB; ++t)
+            acc[t] = xsimd::fma(qc, batch::load_unaligned(p.k.ptr(j0 + j + t, c)), acc[t]);
+        }
+        // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
+        for (std::size_t t = 0; t < KB; ++t) {
+          T x = xsimd::hadd(acc[t]);
+          for (std::size_t c = body; c < dk; ++c) x += q[c] * p.k(j0 + j + t, c);
+          u[j + t] = x;
+        }
+      }
+    }
+    for (; j < count; ++j) u[j] = dot(q, p.k.ptr(j0 + j, 0), p.k.col_stride, dk);
+  }
+
+  // o = Σ_j u_j v_{j0+j} over j < count, in partial sums of sum_chunk keys;
+  // zero weights are skipped. o (round_up(dv, W) values) is zero on entry;
+  // leftover holds dv values.
+  static void weighted_sum(const attention_problem<T>& p, const T* u, std::size_t j0, std::size_t count, T* o,
+                           T* leftover) {
+    const std::size_t dv = p.v.cols;
+    std::size_t c0 = 0;
+    if (p.v.col_stride == 1) {
+      if constexpr (arch_traits<Arch>::vector_registers == 32) c0 = weighted_columns<8>(p, u, j0, count, o, c0);
+      c0 = weighted_columns<4>(p, u, j0, count, o, c0);
+      c0 = weighted_columns<1>(p, u, j0, count, o, c0);
+    }
+    if (c0 == dv) return;
+    // Columns left over, element by element, through the same partial sums.
+    for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
+      for (std::size_t c = c0; c < dv; ++c) leftover[c] = T(0);
+      for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j)
+        if (u[j] != T(0)) axpy(u[j], p.v.ptr(j0 + j, c0), p.v.col_stride, leftover + c0, dv - c0);
+      for (std::size_t c = c0; c < dv; ++c) o[c] += leftover[c];
+    }
+  }
+
+  // Output columns [c0, …) in groups of NV vectors held in registers while
+  // the value rows stream past; returns the first column not done.
+  template <std::size_t NV>
+  static std::size_t weighted_columns(const attention_problem<T>& p, const T* u, std::size_t j0, std::size_t count,
+                                      T* o, std::size_t c0) {
+    for (; c0 + NV * W <= p.v.cols; c0 += NV * W) {
+      batch acc[NV];
+      for (std::size_t r = 0; r < NV; ++r) acc[r] = batch(T(0));
+      for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
+        batch part[NV];
+        for (std::size_t r = 0; r < NV; ++r) part[r] = batch(T(0));
+        for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
+          if (u[j] == T(0)) continue;
+          const batch w(u[j]);
+          const T* vj = p.v.ptr(j0 + j, c0);
+          for (std::size_t r = 0; r < NV; ++r) part[r] = xsimd::fma(w, batch::load_unaligned(vj + r * W), part[r]);
+        }
+        for (std::size_t r = 0; r < NV; ++r) acc[r] += part[r];
+      }
+      for (std::size_t r = 0; r < NV; ++r) acc[r].store_aligned(o + c0 + r * W);
+    }
+    return c0;
+  }
+
+  static T dot(const T* q, const T* k, std::ptrdiff_t kcs, std::size_t d) {
+    std::size_t c = 0;
+    T tail = T(0);
+    batch acc0(T(0)), acc1(T(0));
+    if (kcs == 1) {
+      for (; c + 2 * W <= d; c += 2 * W) {
+        acc0 = xsimd::fma(batch::load_unaligned(q + c), batch::load_unaligned(k + c), acc0);
+        acc1 = xsimd::fma(batch::load_unaligned(q + c + W), batch::load_unaligned(k + c + W), acc1);
+      }
+      for (; c + W <= d; c += W) acc0 = xsimd::fma(batch::load_unaligned(q + c), batch::load_unaligned(k + c), acc0);
+    }
+    for (; c < d; ++c) tail += q[c] * k[static_cast<std::ptrdiff_t>(c) * kcs];
+    return xsimd::hadd(acc0 + acc1) + tail;
+  }
+
+  static void axpy(T a, const T* x, std::ptrdiff_t xcs, T* y, std::size_t d) {
+    std::size_t c = 0;
+    const batch va(a);
+    if (xcs == 1)
+      for (; c + W <= d; c += W)
+        xsimd::fma(va, batch::load_unaligned(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
+    for (; c < d; ++c) y[c] += a * x[static_cast<std::ptrdiff_t>(c) * xcs];
+  }
+};
+
+}  // namespace qkv::kernels

@@ -1,0 +1,151 @@
+// The fused attention for many queries, in the FlashAttention-2 loop order:
+// an outer loop over blocks of BR queries, an inner loop over blocks of BC
+// keys. Per key block the BR×BC scores are computed on the register tile
+// into a small buffer, turned into weights in place by the online softmax,
+// and multiplied into an unnormalised BR×dv output that is divided by the
+// row sums once at the end. No n×m buffer exists.
+//
+// K and V are packed once per call (O(m·d) extra memory, read by every query
+// block); Q and the weights are read in place through row pointers. Key
+// blocks past the causal diagonal, or emptied by the masks, are skipped.
+//
+// A key a row may not see has weight exactly 0, and its value row must not
+// reach that row's output even when it holds NaN or ±∞ (a padded key/value
+// cache): 0·NaN is NaN. Packing notes which value rows are not finite; a key
+// block holding one multiplies weights by values skipping zero weights.
+#pragma once
+
+#include "attention_problem.hpp"
+#include "blocking.hpp"
+#include "online_softmax.hpp"
+#include "register_tile.hpp"
+#include "score_transform.hpp"
+#include "term_tile.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+
+namespace qkv::kernels {
+
+template <class Arch, class T, class Ext, blocking B>
+struct attention_prefill {
+  using tile = register_tile<Arch, T>;
+  using batch = typename tile::batch;
+  using scores = score_transform<Arch, T, Ext>;
+  using softmax = online_softmax<Arch, T>;
+  static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
+  static constexpr std::size_t BR = B.query_rows, BC = B.max_key_block;
+  static_assert(B.valid() && B.lanes == W && B.tile_rows == MR, "qkv: internal: blocking of another instruction set");
+
+  static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
+  static constexpr std::size_t aligned(std::size_t elements) { return B.aligned(elements); }
+
+  static void pack(const attention_problem<T>& p, T* shared) {
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    T* vp = shared + B.packed_k_size(m, dk);
+    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared);
+    tile::pack(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, vp);
+    // x·0 is 0 for finite x and NaN for ±∞ and NaN.
+    T* flags = vp + B.packed_v_size(m, dv);
+    const std::size_t dvp = blocking::round_up(dv, NR);
+    for (std::size_t j = 0; j < m; ++j) {
+      batch probe(T(0));
+      for (std::size_t c = 0; c < dvp; c += NR) {
+        const T* v = vp + c * m + j * NR;
+        probe += batch::load_aligned(v) * T(0) + batch::load_aligned(v + W) * T(0);
+      }
+      flags[j] = xsimd::any(xsimd::isnan(probe)) ? T(1) : T(0);  // (not probe != probe: ordered on AVX in xsimd 8.1)
+    }
+  }
+
+  // Query block b (rows [b·BR, (b + 1)·BR)); ext holds the user's functors.
+  static void block(const attention_problem<T>& p, const T* shared, std::size_t b, T* scratch, const Ext& ext) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const std::size_t i0 = b * BR, dvp = blocking::round_up(dv, NR);
+    const T* kp = shared;
+    const T* vp = kp + B.packed_k_size(m, dk);
+    const T* not_finite = vp + B.packed_v_size(m, dv);
+    T* s = scratch;
+    T* o = s + aligned(BR * BC);
+    T* row_m = o + aligned(BR * dvp);
+    T* row_l = row_m + aligned(BR);
+    const std::size_t kb = B.key_block(dk, dv);
+    const std::size_t br = min(BR, n - i0);
+    for (std::size_t r = 0; r < br; ++r) row_m[r] = softmax::neg_inf, row_l[r] = T(0);
+    for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = T(0);
+    const std::size_t j_end = scores::key_end(p, i0 + br - 1);  // the last row sees the most keys
+
+    for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
+      const std::size_t bc = min(kb, j_end - j0);
+      if (!scores::keeps_any(p, ext, i0, br, j0, bc)) continue;
+
+      // Scores of the block; rows past br read the last row again and are ignored.
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        const T* rows[MR];
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
+        for (std::size_t jr = 0; jr < bc; jr += NR) {
+          if constexpr (extension_traits<Ext, T>::has_term) {
+            term_tile<Arch, T, Ext>::run(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
+          } else {
+            tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
+          }
+        }
+      }
+      // Weights, in place.
+      for (std::size_t r = 0; r < br; ++r) {
+        T* u = s + r * BC;
+        const T a = scores::apply(p, i0 + r, j0, bc, u, ext);
+        softmax::step(u, bc, a, row_m[r], row_l[r], o + r * dvp, dvp);
+      }
+      bool finite = true;
+      for (std::size_t j = j0; j < j0 + bc; ++j) finite = finite && not_finite[j] == T(0);
+      if (finite) weigh_values(s, br, vp + j0 * NR, m, bc, o, dvp);
+      else weigh_values_skipping_zeros(s, br, vp + j0 * NR, m, bc, o, dvp);
+    }
+    for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
+  }
+
+ private:
+  // o += weights · values on the register tile, in partial sums of at most
+  // sum_chunk keys, as the matrix product sums (its error grows with the
+  // length of each sequential sum). vp: the block's first packed value row.
+  static void weigh_values(const T* s, std::size_t br, const T* vp, std::size_t m, std::size_t bc, T* o,
+                           std::size_t dvp) {
+    for (std::size_t jc = 0; jc < bc; jc += B.sum_chunk) {
+      const std::size_t kc = min(B.sum_chunk, bc - jc);
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        const T* rows[MR];
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = s + min(ir + r, br - 1) * BC + jc;
+        for (std::size_t c = 0; c < dvp; c += NR)
+          tile::template run<1>(kc, rows, vp + c * m + jc * NR, o + ir * dvp + c, static_cast<std::ptrdiff_t>(dvp),
+                                min(MR, br - ir), NR, true);
+      }
+    }
+  }
+
+  // The same sums, row by row, reading no value row whose weight is 0.
+  static void weigh_values_skipping_zeros(const T* s, std::size_t br, const T* vp, std::size_t m, std::size_t bc,
+                                          T* o, std::size_t dvp) {
+    for (std::size_t r = 0; r < br; ++r) {
+      const T* u = s + r * BC;
+      for (std::size_t c = 0; c < dvp; c += NR) {
+        T* out = o + r * dvp + c;
+        for (std::size_t jc = 0; jc < bc; jc += B.sum_chunk) {
+          batch lo(T(0)), hi(T(0));
+          for (std::size_t j = jc; j < min(bc, jc + B.sum_chunk); ++j) {
+            if (u[j] == T(0)) continue;
+            const batch w(u[j]);
+            const T* v = vp + c * m + j * NR;
+            lo = xsimd::fma(w, batch::load_aligned(v), lo);
+            hi = xsimd::fma(w, batch::load_aligned(v + W), hi);
+          }
+          (batch::load_aligned(out) + lo).store_aligned(out);
+          (batch::load_aligned(out + W) + hi).store_aligned(out + W);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace qkv::kernels

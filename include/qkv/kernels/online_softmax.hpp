@@ -1,0 +1,112 @@
+// The online softmax of one row of scores, a block of keys at a time: its
+// running maximum m and sum l, and an unnormalised output o rescaled only
+// when m grows; finish() divides by l once at the end.
+//
+// A score may reach this code as a·u, u the raw q·k and a > 0 the scale, so
+// that the exponent is one fused multiply-add, exp(fma(a, u, −m)). That fold
+// is exact only while m's rounding is small: fl(a·u_max) is off by up to
+// |m|·ε/2, which past 2³¹ in float exceeds the ±88 exp can take, and the
+// largest weight would overflow or vanish. Past |m| = 1/ε (rounding ≤ ½) the
+// scores are scaled first, as the node-by-node softmax scales them.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+namespace qkv::kernels {
+
+template <class Arch, class T>
+struct online_softmax {
+  using batch = xsimd::batch<T, Arch>;
+  static constexpr std::size_t W = batch::size;
+  static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  static constexpr T fold_limit = T(1) / std::numeric_limits<T>::epsilon();
+
+  static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+
+  static T row_max(const T* u, std::size_t padded) {
+    batch vmax(neg_inf);
+    for (std::size_t j = 0; j < padded; j += W) vmax = xsimd::max(vmax, batch::load_aligned(u + j));
+    alignas(64) T lanes[W];
+    vmax.store_aligned(lanes);
+    T mx = lanes[0];
+    for (std::size_t j = 1; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
+    return mx;
+  }
+
+  // The scores of a row as a·u (u padded with −∞ to a multiple of W):
+  // returns their maximum, with u scaled in place and a set to 1 where the
+  // fold would not be exact (above), given the row's maximum so far.
+  static T block_max(T* u, std::size_t padded, T& a, T m_so_far) {
+    const T raw = row_max(u, padded);
+    const T mx = a * raw;
+    const T m = mx > m_so_far ? mx : m_so_far;
+    if (a == T(1) || !(std::abs(m) > fold_limit) || m == neg_inf) return mx;
+    const batch va(a);
+    for (std::size_t j = 0; j < padded; j += W) (va * batch::load_aligned(u + j)).store_aligned(u + j);
+    a = T(1);
+    return row_max(u, padded);
+  }
+
+  // u ← exp(a·u − m) over `padded` values; returns their sum.
+  static T exponentiate(T* u, std::size_t padded, T a, T m) {
+    const batch va(a), vm(-m);
+    batch s0(T(0)), s1(T(0));
+    std::size_t j = 0;
+    for (; j + 2 * W <= padded; j += 2 * W) {
+      const batch e0 = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
+      const batch e1 = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j + W), vm));
+      e0.store_aligned(u + j);
+      e1.store_aligned(u + j + W);
+      s0 += e0;
+      s1 += e1;
+    }
+    for (; j < padded; j += W) {
+      const batch e = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
+      e.store_aligned(u + j);
+      s0 += e;
+    }
+    return xsimd::hadd(s0 + s1);
+  }
+
+  // The weights of one block's scores (a·u, count of them), in place, with
+  // the row's m, l and output o (dvp values) brought up to date.
+  static void step(T* u, std::size_t count, T a, T& m, T& l, T* o, std::size_t dvp) {
+    const std::size_t padded = round_up(count, W);
+    for (std::size_t j = count; j < padded; ++j) u[j] = neg_inf;
+    const T mx = block_max(u, padded, a, m);
+    const T m_new = mx > m ? mx : m;
+    // A row with nothing visible yet keeps m = −∞; exp then sees −∞ − 0 = −∞
+    // (weight 0) for masked scores and NaN for NaN ones, which must poison.
+    const T m_safe = m_new == neg_inf ? T(0) : m_new;
+    const T sum = exponentiate(u, padded, a, m_safe);
+    if (m_new != m) {
+      const T correction = xsimd::exp(batch(m - m_safe)).get(0);
+      l *= correction;
+      const batch vc(correction);
+      for (std::size_t c = 0; c < dvp; c += W) (batch::load_aligned(o + c) * vc).store_aligned(o + c);
+    }
+    l += sum;
+    m = m_new;
+  }
+
+  // The weights of a whole row (decoding): returns its maximum and sets its sum.
+  static T whole_row(T* u, std::size_t count, T a, T& l) {
+    const std::size_t padded = round_up(count, W);
+    for (std::size_t j = count; j < padded; ++j) u[j] = neg_inf;
+    const T mx = block_max(u, padded, a, neg_inf);
+    l = exponentiate(u, padded, a, mx == neg_inf ? T(0) : mx);
+    return mx;
+  }
+
+  static void finish(const T* o, T l, T* out, std::size_t dv) {
+    // A fully masked row (l = 0) gives zeros; NaN stays NaN.
+    const T inv = l == T(0) ? T(0) : T(1) / l;
+    for (std::size_t c = 0; c < dv; ++c) out[c] = l == T(0) ? T(0) : o[c] * inv;
+  }
+};
+
+}  // namespace qkv::kernels

@@ -1,0 +1,124 @@
+// From raw similarities to the scores the softmax sees: the scale, the
+// biases, the user's modifier, and the masks (causal, a mask matrix, the
+// user's predicate), for a stretch of one row; and which key blocks a mask
+// leaves anything visible in, so that the kernel can skip the others.
+#pragma once
+
+#include "attention_problem.hpp"
+#include "extension.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+#include <limits>
+
+namespace qkv::kernels {
+
+template <class Arch, class T, class Ext>
+struct score_transform {
+  using batch = xsimd::batch<T, Arch>;
+  static constexpr std::size_t W = batch::size;
+  static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
+  using traits = extension_traits<Ext, T>;
+
+  // The last key (exclusive) that row i may see: all m, or i + (m − n) + 1 when causal.
+  static std::size_t key_end(const attention_problem<T>& p, std::size_t i) {
+    const std::size_t n = p.q.rows, m = p.k.rows;
+    if (!p.causal) return m;
+    const std::ptrdiff_t end = static_cast<std::ptrdiff_t>(i + m) - static_cast<std::ptrdiff_t>(n) + 1;
+    if (end <= 0) return 0;
+    return static_cast<std::size_t>(end) < m ? static_cast<std::size_t>(end) : m;
+  }
+
+  // The scores of row i for keys [j0, j0 + count), raw q·k in u on entry.
+  // Applies the biases, the modifier and the masks; returns the factor a > 0
+  // such that the score is a·u (the scale is left to the exponent when
+  // nothing else needs the scaled score; online_softmax.hpp).
+  static T apply(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u,
+                 const Ext& ext = Ext{}) {
+    T a = p.scale;
+    if (p.bias.data != nullptr || p.col_bias.data != nullptr || !(p.scale > T(0)) || traits::modifies) {
+      const batch vs(p.scale), vb(p.bias_scale);
+      std::size_t j = 0;
+      if (p.bias.data != nullptr) {
+        const T* b = p.bias.ptr(i, j0);
+        for (; j + W <= count; j += W)
+          xsimd::fma(vs, batch::load_unaligned(u + j), vb * batch::load_unaligned(b + j)).store_unaligned(u + j);
+        for (; j < count; ++j) u[j] = p.scale * u[j] + p.bias_scale * b[j];
+      } else {
+        for (; j < count; ++j) u[j] *= p.scale;
+      }
+      if (p.col_bias.data != nullptr) {
+        const T* c = p.col_bias.ptr(0, j0);
+        for (j = 0; j < count; ++j) u[j] += p.col_scale * c[j];
+      }
+      if constexpr (traits::modifies) modify(ext, i, j0, count, u);
+      a = T(1);
+    }
+    const std::size_t end = key_end(p, i);
+    for (std::size_t j = end > j0 ? end - j0 : 0; j < count; ++j) u[j] = neg_inf;
+    if (p.mask.data != nullptr) {
+      const bool* keep = p.mask.ptr(i, j0);
+      for (std::size_t j = 0; j < count; ++j)
+        if (!keep[j]) u[j] = neg_inf;
+    }
+    if constexpr (traits::keeps) {
+      for (std::size_t j = 0; j < count; ++j) u[j] = ext.keep(i, j0 + j) ? u[j] : neg_inf;
+    }
+    return a;
+  }
+
+  // s ← f(s, i, j) over a row: W keys at a time on batches, the tail on scalars.
+  static void modify(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u) {
+    alignas(64) T lanes[W];
+    for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
+    const batch iota = batch::load_aligned(lanes), vi(static_cast<T>(i));
+    std::size_t j = 0;
+    for (; j + W <= count; j += W) {
+      const batch vj = iota + batch(static_cast<T>(j0 + j));
+      batch(ext.modify(batch::load_unaligned(u + j), vi, vj)).store_unaligned(u + j);
+    }
+    for (; j < count; ++j) u[j] = static_cast<T>(ext.modify(u[j], static_cast<T>(i), static_cast<T>(j0 + j)));
+  }
+
+  // Whether the masks leave any pair of rows [i0, i0 + rows) and keys
+  // [j0, j0 + cols) visible; a block they empty is skipped, never read.
+  // (The causal bound is the caller's: it never asks past the last key.)
+  static bool keeps_any(const attention_problem<T>& p, const Ext& ext, std::size_t i0, std::size_t rows,
+                        std::size_t j0, std::size_t cols) {
+    if (p.mask.data != nullptr && !mask_keeps_any(p, i0, rows, j0, cols)) return false;
+    if constexpr (traits::keeps) {
+      if (!predicate_keeps_any(ext, i0, rows, j0, cols)) return false;
+    }
+    return true;
+  }
+
+  static bool mask_keeps_any(const attention_problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
+                             std::size_t cols) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      const bool* keep = p.mask.ptr(i0 + r, j0);
+      for (std::size_t j = 0; j < cols; ++j)
+        if (keep[j]) return true;
+    }
+    return false;
+  }
+
+  // The predicate's block hint where it has one, else every pair asked.
+  // (Each row is OR-reduced without an early exit, which the compiler can
+  // vectorise for a predicate of plain comparisons.)
+  static bool predicate_keeps_any(const Ext& ext, std::size_t i0, std::size_t rows, std::size_t j0,
+                                  std::size_t cols) {
+    if constexpr (requires { ext.keep_any(i0, i0, j0, j0); }) {
+      const int hint = ext.keep_any(i0, i0 + rows, j0, j0 + cols);
+      if (hint >= 0) return hint != 0;
+    }
+    for (std::size_t r = 0; r < rows; ++r) {
+      bool any = false;
+      for (std::size_t j = 0; j < cols; ++j) any |= static_cast<bool>(ext.keep(i0 + r, j0 + j));
+      if (any) return true;
+    }
+    return false;
+  }
+};
+
+}  // namespace qkv::kernels

@@ -1,0 +1,159 @@
+// Scores too large for the fused kernel's folded scale, and NaN or ±∞ in key
+// and value rows that a mask hides: every strategy, decoding and blocked,
+// gives what the rule says (docs/api.md, "What a masked key reads").
+#include <catch2/catch.hpp>
+
+#include "support.hpp"
+
+#include <qkv/qkv.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+using namespace qkv;
+
+namespace {
+
+using fmat = matrix<float, dyn, dyn>;
+
+// Every strategy's result of e, in one list.
+template <class E>
+void for_each_strategy(const E& e, auto&& check) {
+  check("naive", eval(e, naive));
+  check("fused", eval(e, fused));
+}
+
+}  // namespace
+
+TEST_CASE("huge scaled scores: the issue's example gives 1 in every strategy", "[nonfinite][attention]") {
+  for (const float q : {1e10f, 3e9f, -1e10f}) {
+    const fmat Q{{q}}, K{{1.f}, {0.999f}}, V{{1.f}, {2.f}};
+    // Scores 3q and 2.997q: the larger takes all the weight (e^(−0.003·3q) is 0).
+    const float expected = q > 0 ? 1.f : 2.f;
+    for_each_strategy(softmax(Q * transpose(K) * 3.0f) * V, [&](const char* how, const fmat& O) {
+      INFO(how << ", q = " << q);
+      CHECK(O(0, 0) == expected);
+    });
+  }
+}
+
+TEST_CASE("huge scaled scores: the largest score takes all the weight, any shape", "[nonfinite][attention]") {
+  // Q(i, 0) = ±1e9 and K(j, 0) = j / m: scores 3e9·q·k, neighbours 3e9/m ≥ 2e6
+  // apart, so the row's weight is exactly 1 on its largest visible score and
+  // exactly 0 elsewhere, and the output is that key's value row, bit for bit.
+  // Every |score| above 2²⁴ is past the point where the fold of the scale
+  // into the exponent would round m by more than exp can take.
+  for (const std::size_t n : {1, 3, 70}) {
+    for (const std::size_t m : {5, 300, 1100}) {
+      for (const bool is_causal : {false, true}) {
+        fmat Q(n, 2), K(m, 2), V(m, 3);
+        for (std::size_t i = 0; i < n; ++i) Q(i, 0) = (i % 2 ? -1e9f : 1e9f), Q(i, 1) = 1.f;
+        for (std::size_t j = 0; j < m; ++j) {
+          K(j, 0) = static_cast<float>(j) / static_cast<float>(m);
+          for (std::size_t c = 0; c < 3; ++c) V(j, c) = static_cast<float>(j * 3 + c);
+        }
+        const auto check = [&](const char* how, const fmat& O) {
+          INFO(how << ": n = " << n << ", m = " << m << (is_causal ? ", causal" : ""));
+          for (std::size_t i = 0; i < n; ++i) {
+            if (is_causal && i + m < n) continue;  // nothing visible: zeros, tested elsewhere
+            const std::size_t last = is_causal ? i + m - n : m - 1;
+            const std::size_t best = i % 2 ? 0 : std::min(last, m - 1);
+            for (std::size_t c = 0; c < 3; ++c) REQUIRE(O(i, c) == V(best, c));
+          }
+        };
+        if (is_causal) for_each_strategy(softmax(causal(Q * transpose(K) * 3.0f)) * V, check);
+        else for_each_strategy(softmax(Q * transpose(K) * 3.0f) * V, check);
+      }
+    }
+  }
+}
+
+TEST_CASE("NaN in a value row that causal hides reaches no row that cannot see it", "[nonfinite][mask]") {
+  // Q and K zero: every visible key weighs the same, so row i is the mean of
+  // V's rows 0..i + m − n; the last key's value is NaN, seen only by the last row.
+  for (const std::size_t n : {1, 2, 4, 5, 6, 17, 70, 300}) {
+    const fmat Q(n, 4), K(n, 4);
+    fmat V(n, 3);
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t c = 0; c < 3; ++c) V(j, c) = 1.f + static_cast<float>(c);
+    V(n - 1, 0) = std::numeric_limits<float>::quiet_NaN();
+    V(n - 1, 2) = std::numeric_limits<float>::infinity();
+    for_each_strategy(softmax(causal(Q * transpose(K))) * V, [&](const char* how, const fmat& O) {
+      INFO(how << ": n = " << n);
+      // Each weight is 1/(keys seen) within a few u, and the weighted sum of
+      // up to n equal values is within γ_n: (n + 5)·ε, relative, covers both.
+      const double tolerance = static_cast<double>(n + 5) * std::numeric_limits<float>::epsilon();
+      for (std::size_t i = 0; i + 1 < n; ++i)
+        for (std::size_t c = 0; c < 3; ++c)
+          REQUIRE(O(i, c) == Approx(1.f + static_cast<float>(c)).epsilon(tolerance));
+      CHECK(std::isnan(O(n - 1, 0)));
+      CHECK(std::isinf(O(n - 1, 2)));
+    });
+  }
+}
+
+TEST_CASE("a padded key/value cache: masked keys are never read, whatever they hold", "[nonfinite][mask]") {
+  // m keys of which the last `pad` hold NaN and ±∞ in K and V; a mask hides
+  // them. The result must be the attention over the first m − pad keys, as
+  // the reference computes it, within the bound of tests/reference.hpp.
+  ref::rng rng(17);
+  for (const std::size_t n : {1, 4, 5, 70}) {
+    for (const std::size_t m : {9, 300, 1100}) {
+      const std::size_t pad = m / 3, real = m - pad;
+      fmat Q(n, 8), K(m, 8), V(m, 5);
+      rng.fill(Q);
+      rng.fill(K);
+      rng.fill(V);
+      matrix<bool, dyn, dyn> M(n, m);
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < real; ++j) M(i, j) = true;
+      for (std::size_t j = real; j < m; ++j)
+        for (std::size_t c = 0; c < 8; ++c) {
+          K(j, c) = (j + c) % 2 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+          if (c < 5) V(j, c) = (j + c) % 2 ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+        }
+      const auto Kr = matrix_view<const float, dyn, dyn>(K.data(), real, 8);
+      const auto Vr = matrix_view<const float, dyn, dyn>(V.data(), real, 5);
+      const ref::real scale = 1 / std::sqrt(8.0L);
+      const ref::mat q = ref::from(Q), k = ref::from(Kr), v = ref::from(Vr);
+      const ref::mat scores = ref::scale(ref::matmul(q, ref::transpose(k)), scale);
+      const ref::mat weights = ref::softmax(scores);
+      const ref::mat want = ref::matmul(weights, v);
+      const ref::mat bound = ref::attention_bound<float>(q, k, v, scale, scores, weights);
+      const auto e = softmax(masked(Q * transpose(K) / std::sqrt(8.0f), M)) * V;
+      for_each_strategy(e, [&](const char* how, const fmat& O) {
+        INFO(how << ": n = " << n << ", m = " << m);
+        CHECK(ref::worst_ratio(O, want, bound) <= 1);
+      });
+      // A predicate hides them alike.
+      const auto p = softmax(masked(Q * transpose(K) / std::sqrt(8.0f), [real](std::size_t, std::size_t j) {
+                       return j < real;
+                     })) * V;
+      for_each_strategy(p, [&](const char* how, const fmat& O) {
+        INFO(how << " (predicate): n = " << n << ", m = " << m);
+        CHECK(ref::worst_ratio(O, want, bound) <= 1);
+      });
+    }
+  }
+}
+
+TEST_CASE("NaN in a value row that a row sees poisons that row, with or without masks nearby", "[nonfinite]") {
+  for (const std::size_t n : {3, 70}) {
+    const std::size_t m = 300;
+    fmat Q(n, 4), K(m, 4), V(m, 2);
+    for (std::size_t j = 0; j < m; ++j) V(j, 0) = V(j, 1) = 1.f;
+    V(10, 1) = std::numeric_limits<float>::quiet_NaN();
+    matrix<bool, dyn, dyn> M(n, m);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < m; ++j) M(i, j) = (i % 2 == 0) || j != 10;  // odd rows hide key 10
+    for_each_strategy(softmax(masked(Q * transpose(K), M)) * V, [&](const char* how, const fmat& O) {
+      INFO(how << ": n = " << n);
+      for (std::size_t i = 0; i < n; ++i) {
+        CHECK(O(i, 0) == Approx(1.f));
+        if (i % 2 == 0) CHECK(std::isnan(O(i, 1)));
+        else CHECK(O(i, 1) == Approx(1.f));
+      }
+    });
+  }
+}
