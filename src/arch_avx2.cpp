@@ -2,8 +2,5 @@
 #include "make_kernel_table.hpp"
 
 namespace qkv::kernels {
-namespace {
-constexpr kernel_table table = make_kernel_table<xsimd::fma3<xsimd::avx2>>("fma3<avx2>");
-}
-const kernel_table* const avx2_table = &table;
+template const kernel_table& kernels_of<isa_avx2>() noexcept;
 }  // namespace qkv::kernels

@@ -2,8 +2,5 @@
 #include "make_kernel_table.hpp"
 
 namespace qkv::kernels {
-namespace {
-constexpr kernel_table table = make_kernel_table<xsimd::avx512bw>("avx512bw");
-}
-const kernel_table* const avx512bw_table = &table;
+template const kernel_table& kernels_of<isa_avx512bw>() noexcept;
 }  // namespace qkv::kernels

@@ -2,8 +2,5 @@
 #include "make_kernel_table.hpp"
 
 namespace qkv::kernels {
-namespace {
-constexpr kernel_table table = make_kernel_table<xsimd::neon64>("neon64");
-}
-const kernel_table* const neon64_table = &table;
+template const kernel_table& kernels_of<isa_neon64>() noexcept;
 }  // namespace qkv::kernels

@@ -2,8 +2,5 @@
 #include "make_kernel_table.hpp"
 
 namespace qkv::kernels {
-namespace {
-constexpr kernel_table table = make_kernel_table<xsimd::sse2>("sse2");
-}
-const kernel_table* const sse2_table = &table;
+template const kernel_table& kernels_of<isa_sse2>() noexcept;
 }  // namespace qkv::kernels

@@ -1,11 +1,14 @@
-// Picks the kernels of the best instruction set this CPU has, at first use,
-// and forwards each call of qkv/kernels/api.hpp to them. QKV_ARCH=avx512bw|
-// avx2|sse2|neon64, or set_arch(name), forces one (for tests and
-// benchmarks); forcing one the CPU lacks is an error, never a silent fallback.
+// Picks the kernels of the best instruction set of arch_list this CPU runs,
+// at first use, and forwards each call of qkv/kernels/api.hpp to them.
+// QKV_ARCH=name (read at first use) or set_arch(name) forces one, for tests
+// and benchmarks: a name not in the list is std::invalid_argument, one this
+// CPU or build lacks std::runtime_error, thrown by the call that uses the
+// name; never a silent fallback.
 #include "kernel_table.hpp"
 #include "thread_pool.hpp"
 
 #include <qkv/kernels/api.hpp>
+#include <qkv/kernels/arch_list.hpp>
 #include <qkv/storage/aligned_buffer.hpp>
 
 #include <algorithm>
@@ -19,63 +22,57 @@
 namespace qkv::kernels {
 namespace {
 
-struct candidate {
-  const char* env_name;
-  const kernel_table* table;
-  bool supported;
-};
-
-// What the CPU and the OS support. Not xsimd::available_architectures():
-// xsimd 8.1 reads SSE2 from the XSAVE bit and AVX from the wrong CPUID leaf,
-// and checks no OS support, so it finds no SSE2 on a Nehalem. The compiler's
-// own check reads the right bits and the OS-enabled register state (XGETBV).
-struct cpu_features {
-  bool avx512bw = false, avx2_fma = false, sse2 = false, neon64 = false;
-};
-
-cpu_features detect() {
-  cpu_features f;
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  f.sse2 = true;  // part of x86-64
-  f.avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  f.avx512bw = f.avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
-               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
-#elif defined(__aarch64__)
-  f.neon64 = true;  // part of AArch64
-#endif
-  return f;
+// The kernels of instruction set i of arch_list; null where this build has none.
+const kernel_table* table(std::size_t i) noexcept {
+  const kernel_table* found = nullptr;
+  std::size_t j = 0;
+  find_arch([&](auto isa) {
+    using isa_t = typename decltype(isa)::type;
+    if (j++ != i) return false;
+    if constexpr (isa_t::built) found = &kernels_of<isa_t>();
+    return true;
+  });
+  return found;
 }
 
-const kernel_table* find(std::string_view name) {
-  const cpu_features cpu = detect();
-  const candidate candidates[] = {
-      // best first
-      {"avx512bw", avx512bw_table, cpu.avx512bw},
-      {"avx2", avx2_table, cpu.avx2_fma},
-      {"sse2", sse2_table, cpu.sse2},
-      {"neon64", neon64_table, cpu.neon64},
-  };
-  for (const candidate& c : candidates) {
-    if (name.empty() ? (c.table != nullptr && c.supported) : name == c.env_name) {
-      if (c.table == nullptr || !c.supported) {
-        throw std::runtime_error("qkv: " + std::string(name) + " was asked for, but this CPU or build has no " +
-                                 std::string(name));
-      }
-      return c.table;
-    }
+// "a, b, c": the names of the instruction sets i for which keep(i) holds.
+template <class Keep>
+std::string names(Keep keep) {
+  std::string list;
+  for (std::size_t i = 0; i < arch_count; ++i)
+    if (keep(i)) list += (list.empty() ? "" : ", ") + std::string(arch_names[i]);
+  return list;
+}
+
+// The kernels to run for `name` ("" for the best this CPU runs), which came
+// from `source` (set_arch or QKV_ARCH).
+const kernel_table* find(std::string_view name, std::string_view source) {
+  if (name.empty()) {
+    for (std::size_t i = 0; i < arch_count; ++i)
+      if (arch_runs_here(i)) return table(i);
+    throw std::runtime_error("qkv: no kernel instruction set of this build fits this CPU");
   }
-  if (name.empty()) throw std::runtime_error("qkv: no kernel instruction set fits this CPU");
-  throw std::runtime_error("qkv: '" + std::string(name) + "' is not one of avx512bw, avx2, sse2, neon64");
+  const std::size_t i = arch_index(name);
+  if (i == arch_count) {
+    throw std::invalid_argument("qkv: " + std::string(source) + ": '" + std::string(name) +
+                                "' is not an instruction set; the names are " + names([](std::size_t) { return true; }));
+  }
+  if (!arch_runs_here(i)) {
+    throw std::runtime_error("qkv: " + std::string(source) + ": this CPU or build has no " + std::string(name) +
+                             "; it runs " + names(arch_runs_here));
+  }
+  return table(i);
 }
 
 std::atomic<const kernel_table*> chosen{nullptr};
 
+// Until set_arch succeeds, each call reads QKV_ARCH again, so a bad value
+// fails every evaluation that needs the kernels, not only the first.
 const kernel_table& active() {
   const kernel_table* t = chosen.load(std::memory_order_acquire);
   if (t == nullptr) {
     const char* forced = std::getenv("QKV_ARCH");
-    t = find(forced == nullptr ? "" : forced);
+    t = find(forced == nullptr ? "" : forced, "QKV_ARCH");
     chosen.store(t, std::memory_order_release);
   }
   return *t;
@@ -250,14 +247,19 @@ blocking active_blocking(std::size_t element_bytes) {
 void set_threads(std::size_t n) { detail::set_pool_threads(n); }
 std::size_t threads() { return detail::pool_threads(); }
 
-void set_arch(std::string_view name) { chosen.store(find(name), std::memory_order_release); }
+void set_arch(std::string_view name) { chosen.store(find(name, "set_arch"), std::memory_order_release); }
+
+std::size_t active_arch_index() noexcept {
+  try {
+    return active().arch;
+  } catch (...) {
+    return arch_count;
+  }
+}
 
 const char* active_arch() noexcept {
-  try {
-    return active().name;
-  } catch (...) {
-    return "none";
-  }
+  const std::size_t i = active_arch_index();
+  return i < arch_count ? arch_names[i].data() : "none";
 }
 
 }  // namespace qkv::kernels

@@ -3,6 +3,7 @@
 // dispatch.cpp picks a table once, at first use.
 #pragma once
 
+#include <qkv/kernels/arch_list.hpp>
 #include <qkv/kernels/attention_problem.hpp>
 #include <qkv/kernels/blocking.hpp>
 #include <qkv/kernels/strided.hpp>
@@ -36,16 +37,15 @@ struct kernel_set {
 };
 
 struct kernel_table {
-  const char* name;
+  std::size_t arch;  // its index in arch_list
   kernel_set<float> f32;
   kernel_set<double> f64;
 };
 
-// Defined by the arch_*.cpp files built for this target; null where the CPU
-// family has no such instruction set.
-extern const kernel_table* const avx512bw_table;
-extern const kernel_table* const avx2_table;
-extern const kernel_table* const sse2_table;
-extern const kernel_table* const neon64_table;
+// The kernels of instruction set Isa of arch_list (one whose Isa::built
+// holds): defined in make_kernel_table.hpp, instantiated by
+// src/arch_<Isa::name>.cpp alone, with that set's flags.
+template <class Isa>
+const kernel_table& kernels_of() noexcept;
 
 }  // namespace qkv::kernels

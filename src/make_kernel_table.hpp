@@ -37,9 +37,11 @@ constexpr kernel_set<T> make_kernel_set() {
           .attention_sizes = at::sizes};
 }
 
-template <class Arch>
-constexpr kernel_table make_kernel_table(const char* name) {
-  return {name, make_kernel_set<Arch, float>(), make_kernel_set<Arch, double>()};
+template <class Isa>
+const kernel_table& kernels_of() noexcept {
+  using arch = typename Isa::arch;
+  static constexpr kernel_table table{arch_index_of<arch>, make_kernel_set<arch, float>(), make_kernel_set<arch, double>()};
+  return table;
 }
 
 }  // namespace qkv::kernels

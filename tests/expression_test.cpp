@@ -8,7 +8,6 @@
 
 #include <string>
 #include <type_traits>
-#include <cstdlib>
 #include <vector>
 
 using namespace qkv;
@@ -108,23 +107,4 @@ TEST_CASE("dynamic extents that disagree throw shape_error naming both shapes", 
   CHECK_THROWS_WITH((matrix<float, 3, 4>(A * transpose(A))), Catch::Contains("3x4 vs 3x3"));
   matrix<float, dyn, dyn> out(2, 2);
   CHECK_THROWS_AS(eval_into(matrix_view<float, dyn, dyn>(out), A), shape_error);
-}
-
-TEST_CASE("set_arch forces an instruction set and reports it", "[dispatch]") {
-  const std::string best = active_arch();
-  CHECK_THROWS_WITH(set_arch("avx1024"), Catch::Contains("not one of"));
-  CHECK(std::string(active_arch()) == best);  // unchanged by the failed call
-#if defined(__x86_64__)
-  set_arch("sse2");
-  CHECK(std::string(active_arch()) == "sse2");
-  const matrix<float, 2, 2> A{{1, 2}, {3, 4}};
-  const auto B = eval(A * A);
-  CHECK(B(1, 1) == 22.0f);
-  CHECK_THROWS_AS(set_arch("neon64"), std::runtime_error);
-#endif
-  // Back to what this run was started with, so that a run forced through
-  // QKV_ARCH stays on its instruction set for the tests that follow.
-  const char* env = std::getenv("QKV_ARCH");
-  set_arch(env == nullptr ? "" : env);
-  CHECK(std::string(active_arch()) == best);
 }

@@ -27,9 +27,10 @@
 
 namespace qkv {
 
-// The instruction set the compiled kernels run on here ("avx512bw", "fma3<avx2>",
-// "sse2" or "neon64"): the best this CPU has, unless the environment variable
-// QKV_ARCH or set_arch forces another.
+// The instruction set the compiled kernels run on here ("avx512bw", "avx2",
+// "sse2" or "neon64", a name set_arch takes): the best this CPU has, unless
+// the environment variable QKV_ARCH (read at first use) or set_arch forces
+// another; "none" while QKV_ARCH holds a name that cannot run here.
 inline const char* active_arch() noexcept { return kernels::active_arch(); }
 
 // The number of threads evaluation may use: n, or the hardware's for 0 (the
@@ -41,7 +42,8 @@ inline std::size_t threads() { return kernels::threads(); }
 
 // Forces the kernels of one instruction set ("avx512bw", "avx2", "sse2",
 // "neon64"; "" for the best available), e.g. to compare them in a benchmark.
-// Throws std::runtime_error when this CPU or build lacks it.
+// Throws std::invalid_argument (listing the names) for any other name, and
+// std::runtime_error when this CPU or build lacks the set.
 inline void set_arch(std::string_view name) { kernels::set_arch(name); }
 
 }  // namespace qkv

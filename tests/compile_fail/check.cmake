@@ -1,8 +1,10 @@
 # Runs one compile-fail case: the file must compile without QKV_EXPECT_FAIL
 # (so the failure is the intended line's, not a typo's) and fail with it,
 # with exactly one error, whose text contains EXPECT (a regex), and with
-# EXTENTS (a regex, optional) somewhere in the diagnostic.
-# Arguments: -DCXX=... -DSOURCE=... -DINCLUDES="a;b" -DEXPECT=... [-DEXTENTS=...]
+# EXTENTS (a regex, optional) somewhere in the diagnostic. With QUOTED_IN (a
+# file), the error line from "error:" on must be a line of that file (g++ only:
+# clang words the line differently).
+# Arguments: -DCXX=... -DSOURCE=... -DINCLUDES="a;b" -DEXPECT=... [-DEXTENTS=...] [-DQUOTED_IN=...]
 cmake_minimum_required(VERSION 3.25)
 set(flags -std=c++20 -fsyntax-only)
 foreach(dir IN LISTS INCLUDES)
@@ -28,5 +30,13 @@ if(NOT errors MATCHES "${EXPECT}")
 endif()
 if(DEFINED EXTENTS AND NOT out MATCHES "${EXTENTS}")
   message(FATAL_ERROR "the diagnostic does not name the extents '${EXTENTS}':\n${out}")
+endif()
+if(DEFINED QUOTED_IN)
+  # The error line without its place (file:line:column), which goes stale.
+  string(REGEX REPLACE "^.*: (error: )" "\\1" said "${errors}")
+  file(STRINGS ${QUOTED_IN} quoted REGEX "qkv:")
+  if(NOT said IN_LIST quoted)
+    message(FATAL_ERROR "${QUOTED_IN} does not quote, on a line of its own, '${said}'")
+  endif()
 endif()
 message(STATUS "ok: ${errors}")

@@ -1,6 +1,7 @@
 # Builds and runs tests/consumer/ against qkv, one way per MODE:
 #   package        cmake --install into a fresh prefix, then find_package(qkv 0.1)
-#   subdirectory   add_subdirectory of the source tree
+#   subdirectory   add_subdirectory of the source tree, from a parent with
+#                  no build type and its own xtl target
 #   pkg-config     the installed qkv.pc, with the compiler alone
 # Arguments: -DMODE=... -DQKV_SOURCE=... -DQKV_BUILD=... -DWORK=... -DCXX=...
 cmake_minimum_required(VERSION 3.25)
@@ -17,8 +18,14 @@ endfunction()
 
 set(consumer ${QKV_SOURCE}/tests/consumer)
 if(MODE STREQUAL "subdirectory")
+  # With no build type and an xtl target of the parent's own: qkv must leave
+  # both the parent's cache and xsimd's link to xtl as they are.
   run(${CMAKE_COMMAND} -S ${consumer} -B ${WORK}/build -DCMAKE_CXX_COMPILER=${CXX} -DQKV_SOURCE_DIR=${QKV_SOURCE}
-      -DCMAKE_BUILD_TYPE=Release)
+      -DCONSUMER_HAS_XTL=ON)
+  file(STRINGS ${WORK}/build/CMakeCache.txt build_type REGEX "^CMAKE_BUILD_TYPE:")
+  if(NOT build_type MATCHES "^CMAKE_BUILD_TYPE:[A-Z]*=$")
+    message(FATAL_ERROR "qkv as a subdirectory set the parent's ${build_type}")
+  endif()
   run(${CMAKE_COMMAND} --build ${WORK}/build -j 2)
   run(${WORK}/build/consumer)
 else()

@@ -21,9 +21,9 @@
 #include "fused.hpp"
 
 #include "../kernels/api.hpp"
+#include "../kernels/arch_list.hpp"
 #include "../kernels/blocking.hpp"
 
-#include <xsimd/xsimd.hpp>
 #include <type_traits>
 
 #include <cstddef>
@@ -81,8 +81,7 @@ inline constexpr bool viewable<transpose_expr<X>> = viewable<bare_t<X>>;
 // The fused kernel's block sizes (above).
 template <class T>
 constexpr kernels::blocking attention_blocking() {
-  using widest = std::conditional_t<xsimd::neon64::supported(), xsimd::neon64, xsimd::avx512bw>;
-  if (std::is_constant_evaluated()) return kernels::blocking_of<widest, T>();
+  if (std::is_constant_evaluated()) return kernels::blocking_of<kernels::widest_built_arch_t, T>();
   return kernels::active_blocking(sizeof(T));
 }
 

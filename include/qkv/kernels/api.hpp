@@ -62,12 +62,21 @@ blocking active_blocking(std::size_t element_bytes);
 void set_threads(std::size_t n);
 std::size_t threads();
 
-// Makes the kernels of `name` ("avx512bw", "avx2", "sse2", "neon64", or ""
-// for the best this CPU has) run from now on; throws std::runtime_error if the
-// CPU or the build lacks them. Not for use while another thread evaluates.
+// Makes the kernels of `name` (a name of arch_list.hpp: "avx512bw", "avx2",
+// "sse2", "neon64"; or "" for the best this CPU runs) run from now on. Throws
+// std::invalid_argument, listing the names, for a name not in the list, and
+// std::runtime_error, listing what this CPU runs, for one this CPU or build
+// lacks; the kernels in use are then unchanged. Not for use while another
+// thread evaluates. Without a call, the environment variable QKV_ARCH is read
+// at first use, with the same names and errors, thrown by each call that
+// needs the kernels until a set_arch succeeds.
 void set_arch(std::string_view name);
 
-// The instruction set the kernels run on: "avx512bw", "fma3<avx2>", "sse2", "neon64".
+// The name of the instruction set the kernels run on, one set_arch accepts;
+// "none" while QKV_ARCH holds a bad name or one this CPU lacks.
 const char* active_arch() noexcept;
+
+// Its index in arch_list (arch_list.hpp); arch_count for "none".
+std::size_t active_arch_index() noexcept;
 
 }  // namespace qkv::kernels

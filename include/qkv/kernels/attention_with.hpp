@@ -9,14 +9,13 @@
 
 #include "../storage/aligned_buffer.hpp"
 #include "api.hpp"
+#include "arch_list.hpp"
 #include "attention.hpp"
 #include "parallel.hpp"
 
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
-#include <string_view>
-#include <type_traits>
 
 namespace qkv::kernels {
 
@@ -24,14 +23,8 @@ namespace qkv::kernels {
 // compiled for: the whole fused loop can run here, as fast.
 template <class Arch>
 bool runs_like_library() {
-  const std::string_view active = active_arch();
-  if constexpr (std::is_same_v<Arch, xsimd::avx512bw>) return active == "avx512bw";
-  else if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) return active == "fma3<avx2>";
-  else if constexpr (std::is_same_v<Arch, xsimd::sse2>) return active == "sse2";
-#if XSIMD_WITH_NEON64
-  else if constexpr (std::is_same_v<Arch, xsimd::neon64>) return active == "neon64";
-#endif
-  else return false;
+  constexpr std::size_t unit = arch_index_of<Arch>;
+  return unit != arch_count && active_arch_index() == unit;
 }
 
 // The online-softmax kernel, whole, instantiated for this unit.
