@@ -1,9 +1,13 @@
 // The extension points, fused against naive, at T = 4096, d = 64, one thread:
 // every built-in similarity, a user similarity equal to the dot product, the
-// extension guide's two examples, ALiBi and a sliding-window predicate.
-// Built twice: qkv_extension_bench with the default flags (user functors run
-// on SSE2 on x86-64) and qkv_extension_bench_native with -march=native.
-//   build/bench/qkv_extension_bench_native --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+// extension guide's two examples, ALiBi and a sliding-window predicate; and
+// a batched layer (B = 2, 8 query heads on 2 key heads, T = 512) with a
+// soft-capped window, on one thread and on all.
+// Built twice: qkv_extension_bench with the README's flags (-O2, no -m flag:
+// user functors run on SSE2 on x86-64) and qkv_extension_bench_native with
+// -march=native.
+//   build/bench/qkv_extension_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+//       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 
 #include <qkv/qkv.hpp>
@@ -17,6 +21,7 @@ namespace {
 
 using namespace qkv;
 using mat = matrix<float, dyn, dyn>;
+using heads_t = tensor<float, dyn, dyn, dyn, dyn>;
 constexpr std::size_t T = 4096, d = 64;
 
 mat random(std::size_t r, std::size_t c, unsigned seed, float scale = 1) {
@@ -27,9 +32,20 @@ mat random(std::size_t r, std::size_t c, unsigned seed, float scale = 1) {
   return x;
 }
 
+heads_t random_heads(std::size_t b, std::size_t h, std::size_t t, unsigned seed) {
+  heads_t x(b, h, t, d);
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (std::size_t k = 0; k < x.size(); ++k) x.data()[k] = u(gen);
+  return x;
+}
+
 struct inputs {
   mat Q = random(T, d, 1), K = random(T, d, 2), V = random(T, d, 3), O = mat(T, d);
   mat W = random(d, d, 4, 0.125f), Wq = random(d, 16, 5, 0.125f), Wk = random(d, 16, 6, 0.125f), w = random(1, 16, 7);
+  // [B, H, T, d] with B = 2, T = 512: 8 query heads, 2 key and value heads.
+  heads_t HQ = random_heads(2, 8, 512, 8), HK = random_heads(2, 2, 512, 9), HV = random_heads(2, 2, 512, 10),
+          HO = heads_t(2, 8, 512, d);
 };
 
 inputs& data() {
@@ -51,21 +67,29 @@ struct window_with_hint {
   bool any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const { return j0 < i1 && j1 + 256 > i0 + 1; }
 };
 
-template <class Make>
-void add(const std::string& name, Make make) {
+// name/fused and name/naive, on `threads` threads (0: all); make(x) gives
+// the expression and out(x) where it is evaluated into.
+template <class Make, class Out>
+void add(const std::string& name, Make make, Out out, std::size_t threads = 1) {
   for (int fuse : {1, 0}) {
-    benchmark::RegisterBenchmark((name + (fuse ? "/fused" : "/naive")).c_str(), [make, fuse](benchmark::State& state) {
-      set_threads(1);
+    benchmark::RegisterBenchmark((name + (fuse ? "/fused" : "/naive")).c_str(), [make, out, fuse, threads](benchmark::State& state) {
+      set_threads(threads);
       inputs& x = data();
       const auto e = make(x);
+      auto& o = out(x);
       for (auto _ : state) {
-        if (fuse) eval_into(x.O, e, fused);
-        else eval_into(x.O, e, naive);
-        benchmark::DoNotOptimize(x.O.data());
+        if (fuse) eval_into(o, e, fused);
+        else eval_into(o, e, naive);
+        benchmark::DoNotOptimize(o.data());
       }
       set_threads(0);
     })->Unit(benchmark::kMillisecond)->UseRealTime();
   }
+}
+
+template <class Make>
+void add(const std::string& name, Make make) {
+  add(name, make, [](inputs& x) -> mat& { return x.O; });
 }
 
 int register_all() {
@@ -83,6 +107,12 @@ int register_all() {
   add("window256", [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), window)) * x.V; });
   add("window256_hint",
       [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), window_with_hint{})) * x.V; });
+  const auto batched = [dk](inputs& x) {
+    return softmax(masked(score_mod(x.HQ * transpose(x.HK) / sqrt(dk), soft_cap), window_with_hint{})) * x.HV;
+  };
+  const auto heads_out = [](inputs& x) -> heads_t& { return x.HO; };
+  add("batched_window256_soft_cap/threads:1", batched, heads_out, 1);
+  add("batched_window256_soft_cap/threads:all", batched, heads_out, 0);
   return 0;
 }
 

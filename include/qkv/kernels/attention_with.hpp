@@ -11,11 +11,14 @@
 #include "api.hpp"
 #include "arch_list.hpp"
 #include "attention.hpp"
+#include "attention_rows.hpp"
 #include "parallel.hpp"
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <vector>
 
 namespace qkv::kernels {
 
@@ -27,87 +30,117 @@ bool runs_like_library() {
   return unit != arch_count && active_arch_index() == unit;
 }
 
-// The online-softmax kernel, whole, instantiated for this unit.
+// The online-softmax kernel, whole, instantiated for this unit: K and V
+// packed once per problem (or group sharing them), then query blocks.
 template <class T, class Ext>
-void attention_online_with(const attention_problem<T>& p, const Ext& ext) {
+struct attention_online_kernel {
   using kernel = attention_kernel<xsimd::default_arch, T, Ext>;
   using buffer = detail::aligned_buffer<T>;
-  const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
-  buffer shared(kernel::pack_size(m, dk, dv), buffer::uninitialized);
-  kernel::pack(p, shared.data());
-  const std::size_t blocks = (n + kernel::block_rows() - 1) / kernel::block_rows();
-  detail::parallel_for(blocks, [&](std::size_t b) {
+  static std::size_t pack_size(const attention_problem<T>& p) {
+    return kernel::pack_size(p.k.rows, p.q.cols, p.v.cols);
+  }
+  static void pack(const attention_problem<T>& p, T* shared) { kernel::pack(p, shared); }
+  static std::size_t blocks(const attention_problem<T>& p) {
+    return (p.q.rows + kernel::block_rows() - 1) / kernel::block_rows();
+  }
+  static void block(const attention_problem<T>& p, const T* shared, std::size_t b, const Ext& ext) {
     thread_local buffer scratch;
-    const std::size_t size = kernel::block_scratch_size(dv);
+    const std::size_t size = kernel::block_scratch_size(p.v.cols);
     if (scratch.size() < size) scratch = buffer(size, buffer::uninitialized);
-    kernel::block(p, shared.data(), b, scratch.data(), ext);
-  });
+    kernel::block(p, shared, b, scratch.data(), ext);
+  }
+};
+
+namespace detail_with {
+
+template <class T>
+bool same_view(const strided<const T>& a, const strided<const T>& b) {
+  return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride &&
+         a.col_stride == b.col_stride;
 }
 
-// When this unit is compiled for a narrower instruction set than the
-// library runs (the default flags, say, on an AVX-512 machine): only what
-// needs the user's functors runs here (a similarity's scores, the
-// modifier, the predicate), on a block of 64 query rows against every key
-// it may see; the softmax and the product with V run on the library's
-// kernels. Memory: one 64 × m block per thread, never n × m.
+template <class T>
+bool empty(const attention_problem<T>& p) {
+  return p.q.rows == 0 || p.v.cols == 0;
+}
+
+// What a group of problems sharing K and V packs, from its first non-empty one.
+template <class Kernel, class T>
+const T* pack_group(const attention_problem<T>* group, std::size_t count, detail::aligned_buffer<T>& shared) {
+  for (std::size_t x = 0; x < count; ++x) {
+    if (empty(group[x])) continue;
+    const std::size_t size = Kernel::pack_size(group[x]);
+    if (shared.size() < size) shared = detail::aligned_buffer<T>(size, detail::aligned_buffer<T>::uninitialized);
+    Kernel::pack(group[x], shared.data());
+    break;
+  }
+  return shared.data();
+}
+
+}  // namespace detail_with
+
+// Problems in groups of consecutive ones with the same K and V (the query
+// heads of one key/value head), each group packed once. With many groups (at
+// least two per thread) each thread takes whole groups; with few, the query
+// blocks of all of a group's problems are spread over the pool, so a batch
+// of short heads still fills the threads. A block is computed alike whoever
+// runs it: the result does not depend on the number of threads.
+template <class Kernel, class T, class Ext>
+void attention_spread(const attention_problem<T>* problems, std::size_t count, const Ext& ext) {
+  using buffer = detail::aligned_buffer<T>;
+  std::vector<std::size_t> starts;  // group g: problems [starts[g], starts[g + 1])
+  for (std::size_t x = 0; x < count; ++x)
+    if (x == 0 || !detail_with::same_view(problems[x - 1].k, problems[x].k) ||
+        !detail_with::same_view(problems[x - 1].v, problems[x].v))
+      starts.push_back(x);
+  starts.push_back(count);
+  const std::size_t groups = starts.size() - 1;
+  if (groups >= 2 * threads()) {
+    detail::parallel_for(groups, [&](std::size_t g) {
+      thread_local buffer shared;
+      const attention_problem<T>* group = problems + starts[g];
+      const std::size_t size = starts[g + 1] - starts[g];
+      const T* packed = detail_with::pack_group<Kernel>(group, size, shared);
+      for (std::size_t x = 0; x < size; ++x)
+        if (!detail_with::empty(group[x]))
+          for (std::size_t b = 0; b < Kernel::blocks(group[x]); ++b) Kernel::block(group[x], packed, b, ext);
+    });
+    return;
+  }
+  buffer shared;
+  std::vector<std::size_t> first;  // problem x of the group: blocks [first[x], first[x + 1])
+  for (std::size_t g = 0; g < groups; ++g) {
+    const attention_problem<T>* group = problems + starts[g];
+    const std::size_t size = starts[g + 1] - starts[g];
+    const T* packed = detail_with::pack_group<Kernel>(group, size, shared);
+    first.assign(size + 1, 0);
+    for (std::size_t x = 0; x < size; ++x)
+      first[x + 1] = first[x] + (detail_with::empty(group[x]) ? 0 : Kernel::blocks(group[x]));
+    detail::parallel_for(first[size], [&](std::size_t piece) {
+      const auto after = std::upper_bound(first.begin(), first.end(), piece);  // past the piece's problem
+      const std::size_t x = static_cast<std::size_t>(after - first.begin()) - 1;
+      Kernel::block(group[x], packed, piece - first[x], ext);
+    });
+  }
+}
+
+// The whole online loop on one problem.
+template <class T, class Ext>
+void attention_online_with(const attention_problem<T>& p, const Ext& ext) {
+  attention_spread<attention_online_kernel<T, Ext>>(&p, 1, ext);
+}
+
+// The row-block path (attention_rows.hpp) on one problem, whatever this
+// unit's instruction set.
 template <class T, class Ext>
 void attention_rows_with(const attention_problem<T>& p, const Ext& ext) {
-  using kernel = attention_kernel<xsimd::default_arch, T, Ext>;
-  using tile = register_tile<xsimd::default_arch, T>;
-  using buffer = detail::aligned_buffer<T>;
-  constexpr std::size_t rows = 64, MR = tile::MR, NR = tile::NR;
-  const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols;
-  buffer kp;
-  if constexpr (extension_traits<Ext, T>::has_term) {
-    kp = buffer((m + NR - 1) / NR * NR * dk, buffer::uninitialized);
-    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, kp.data());
-  }
-  const std::size_t blocks = (n + rows - 1) / rows;
-  detail::parallel_for(blocks, [&](std::size_t b) {
-    const std::size_t i0 = b * rows, br = rows < n - i0 ? rows : n - i0;
-    const std::size_t j_end = kernel::key_end(p, i0 + br - 1);
-    const std::size_t ld = (j_end + NR - 1) / NR * NR + NR;
-    thread_local buffer s;
-    const std::size_t size = ((br + MR - 1) / MR * MR) * ld;
-    if (s.size() < size) s = buffer(size, buffer::uninitialized);
-    T* sd = s.data();
-    if (j_end > 0) {
-      if constexpr (extension_traits<Ext, T>::has_term) {
-        for (std::size_t ir = 0; ir < br; ir += MR) {
-          const T* q_rows[MR];
-          for (std::size_t r = 0; r < MR; ++r) q_rows[r] = p.q.ptr(i0 + (ir + r < br ? ir + r : br - 1), 0);
-          for (std::size_t jr = 0; jr < j_end; jr += NR)
-            kernel::term_tile(ext, dk, q_rows, kp.data() + jr * dk, sd + ir * ld + jr, static_cast<std::ptrdiff_t>(ld),
-                              NR);
-        }
-      } else {
-        const strided<const T> qb{p.q.ptr(i0, 0), br, dk, p.q.row_stride, p.q.col_stride};
-        const strided<const T> kt{p.k.data, dk, j_end, p.k.col_stride, p.k.row_stride};
-        gemm(qb, kt, sd, static_cast<std::ptrdiff_t>(ld));
-      }
-      for (std::size_t r = 0; r < br; ++r) {
-        T* u = sd + r * ld;
-        const T a = kernel::transform(p, i0 + r, 0, j_end, u, ext);
-        if (a != T(1))
-          for (std::size_t j = 0; j < j_end; ++j) u[j] *= a;
-      }
-      softmax_rows(strided<T>{sd, br, j_end, static_cast<std::ptrdiff_t>(ld), 1});
-    }
-    const strided<const T> pb{sd, br, j_end, static_cast<std::ptrdiff_t>(ld), 1};
-    const strided<const T> vb{p.v.data, j_end, p.v.cols, p.v.row_stride, p.v.col_stride};
-    weigh(pb, vb, p.out.ptr(i0, 0), p.out.row_stride);  // a masked key reads nothing of its value row
-  });
+  attention_spread<attention_rows_kernel<T, Ext>>(&p, 1, ext);
 }
 
 template <class T, class Ext>
 void attention_with(const attention_problem<T>* problems, std::size_t count, const Ext& ext) {
-  const bool online = runs_like_library<xsimd::default_arch>();
-  for (std::size_t x = 0; x < count; ++x) {
-    const attention_problem<T>& p = problems[x];
-    if (p.q.rows == 0 || p.v.cols == 0) continue;
-    if (online) attention_online_with(p, ext);
-    else attention_rows_with(p, ext);
-  }
+  if (runs_like_library<xsimd::default_arch>()) attention_spread<attention_online_kernel<T, Ext>>(problems, count, ext);
+  else attention_spread<attention_rows_kernel<T, Ext>>(problems, count, ext);
 }
 
 // out = the n×m scores Σ_c term(q_ic, k_jc) of an extension's similarity
