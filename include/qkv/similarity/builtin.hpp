@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace qkv {
@@ -77,6 +78,9 @@ class additive_t {
   auto keys(const K& k) const {
     return k * wk_;
   }
+  // The matrices it reads, for the aliasing check of eval_into.
+  auto operands() const { return std::tie(wq_, wk_, w_); }
+
   // The term of component c: w_c·tanh(a_c + b_c) (std::tanh on numbers, xsimd's on batches).
   template <class V>
   V operator()(const V& a, const V& b, std::size_t c) const {
