@@ -78,19 +78,28 @@ const kernel_table& active() {
   return *t;
 }
 
+}  // namespace
+
 template <class T>
-const kernel_set<T>& set() {
+const kernel_set<T>& active_kernels() {
   if constexpr (sizeof(T) == sizeof(float)) {
     return active().f32;
   } else {
     return active().f64;
   }
 }
+template const kernel_set<float>& active_kernels<float>();
+template const kernel_set<double>& active_kernels<double>();
 
-// Scratch space, kept per thread and grown on demand: slot 0 for the
-// packed operands of a product or an attention, slot 1 for a thread's own
-// part of an attention, slot 2 for the key parts of decodes before their merge.
-template <class T, int Slot = 0>
+namespace {
+
+template <class T>
+const kernel_set<T>& set() {
+  return active_kernels<T>();
+}
+
+// The packing buffer of a product, kept per thread and grown on demand.
+template <class T>
 T* workspace(std::size_t elements) {
   thread_local detail::aligned_buffer<T> buffer;
   if (buffer.size() < elements) buffer = detail::aligned_buffer<T>(elements, detail::aligned_buffer<T>::uninitialized);
@@ -103,128 +112,8 @@ void gemm_impl(strided<const T> a, strided<const T> b, T* c, std::ptrdiff_t ldc)
   k.gemm(a, b, c, ldc, workspace<T>(k.gemm_workspace(a.rows, b.cols, a.cols)));
 }
 
-template <class T>
-bool same_view(const strided<const T>& a, const strided<const T>& b) {
-  return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride &&
-         a.col_stride == b.col_stride;
-}
-
-template <class T>
-bool empty(const attention_problem<T>& p) {
-  return p.q.rows == 0 || p.v.cols == 0;
-}
-
-// The independent pieces of work of a problem: its query blocks, or the key
-// parts of its decode.
-template <class T>
-std::size_t pieces(const kernel_set<T>& k, const attention_problem<T>& p) {
-  if (empty(p)) return 0;
-  const std::size_t parts = k.attention_decode_parts(p.q.rows, p.k.rows);
-  if (parts != 0) return parts;
-  const std::size_t rows = k.attention_block_rows();
-  return (p.q.rows + rows - 1) / rows;
-}
-
-// K and V of a group (problems that share them) packed into slot 0 of the
-// calling thread, once for all the group's query blocks; null when every
-// problem of the group decodes, reading K and V in place.
-template <class T>
-const T* pack_group(const kernel_set<T>& k, const attention_problem<T>* group, std::size_t count) {
-  for (std::size_t i = 0; i < count; ++i) {
-    const attention_problem<T>& p = group[i];
-    if (empty(p) || k.attention_decode_parts(p.q.rows, p.k.rows) != 0) continue;
-    T* shared = workspace<T>(k.attention_shared_size(p.q.rows, p.k.rows, p.q.cols, p.v.cols));
-    k.attention_pack(p, shared);
-    return shared;
-  }
-  return nullptr;
-}
-
-// A whole group on the calling thread.
-template <class T>
-void run_group(const kernel_set<T>& k, const attention_problem<T>* group, std::size_t count) {
-  const T* shared = pack_group(k, group, count);
-  for (std::size_t i = 0; i < count; ++i) {
-    const attention_problem<T>& p = group[i];
-    if (empty(p)) continue;
-    const std::size_t n = p.q.rows, m = p.k.rows, dv = p.v.cols;
-    T* scratch = workspace<T, 1>(k.attention_scratch_size(n, m, dv));
-    const std::size_t parts = k.attention_decode_parts(n, m);
-    if (parts != 0) {
-      k.attention_decode(p, scratch, workspace<T, 2>(parts * k.attention_decode_part_size(n, dv)));
-    } else {
-      k.attention_blocks(p, shared, 0, pieces(k, p), scratch);
-    }
-  }
-}
-
-// A group packed by the caller, then the pieces of all its problems (query
-// blocks, decode parts) spread over the pool; the decodes merged last, by
-// the caller.
-template <class T>
-void spread_group(const kernel_set<T>& k, const attention_problem<T>* group, std::size_t count) {
-  const T* shared = pack_group(k, group, count);
-  // Problem i has pieces [first[i], first[i + 1]); a decoding one has its
-  // parts at decoded + part_at[i].
-  std::vector<std::size_t> first(count + 1, 0), part_at(count, 0);
-  std::size_t part_total = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    const attention_problem<T>& p = group[i];
-    first[i + 1] = first[i] + pieces(k, p);
-    if (!empty(p) && k.attention_decode_parts(p.q.rows, p.k.rows) != 0) {
-      part_at[i] = part_total;
-      part_total += (first[i + 1] - first[i]) * k.attention_decode_part_size(p.q.rows, p.v.cols);
-    }
-  }
-  T* decoded = workspace<T, 2>(part_total);
-  detail::parallel_for(first[count], [&](std::size_t piece) {
-    const auto after = std::upper_bound(first.begin(), first.end(), piece);  // past the piece's problem
-    const std::size_t i = static_cast<std::size_t>(after - first.begin()) - 1;
-    const attention_problem<T>& p = group[i];
-    const std::size_t n = p.q.rows, m = p.k.rows, dv = p.v.cols, b = piece - first[i];
-    T* scratch = workspace<T, 1>(k.attention_scratch_size(n, m, dv));
-    if (k.attention_decode_parts(n, m) != 0) {
-      k.attention_decode_part(p, b, scratch, decoded + part_at[i] + b * k.attention_decode_part_size(n, dv));
-    } else {
-      k.attention_blocks(p, shared, b, b + 1, scratch);
-    }
-  });
-  for (std::size_t i = 0; i < count; ++i) {
-    const attention_problem<T>& p = group[i];
-    if (!empty(p) && k.attention_decode_parts(p.q.rows, p.k.rows) != 0)
-      k.attention_decode_merge(p, decoded + part_at[i], first[i + 1] - first[i]);
-  }
-}
-
-// Consecutive problems with the same K and V form a group. With many groups
-// (at least two per thread) each thread takes whole groups, packing into its
-// own workspace; with few, the groups go one by one, each spread over the
-// pool. A query block, or a decode part, is computed the same way whoever
-// runs it and the parts merge in a fixed order, so the results depend neither
-// on the number of threads nor on the way chosen.
-template <class T>
-void attention_impl(const attention_problem<T>* problems, std::size_t count) {
-  const kernel_set<T>& k = set<T>();
-  std::vector<std::size_t> starts;  // group g: problems [starts[g], starts[g + 1])
-  for (std::size_t i = 0; i < count; ++i)
-    if (i == 0 || !same_view(problems[i - 1].k, problems[i].k) || !same_view(problems[i - 1].v, problems[i].v))
-      starts.push_back(i);
-  starts.push_back(count);
-  const std::size_t groups = starts.size() - 1;
-  if (groups >= 2 * detail::pool_threads()) {
-    detail::parallel_for(groups,
-                         [&](std::size_t g) { run_group(k, problems + starts[g], starts[g + 1] - starts[g]); });
-  } else {
-    for (std::size_t g = 0; g < groups; ++g) spread_group(k, problems + starts[g], starts[g + 1] - starts[g]);
-  }
-}
-
 }  // namespace
 
-void attention(const attention_problem<float>& problem) { attention_impl(&problem, 1); }
-void attention(const attention_problem<double>& problem) { attention_impl(&problem, 1); }
-void attention(const attention_problem<float>* problems, std::size_t count) { attention_impl(problems, count); }
-void attention(const attention_problem<double>* problems, std::size_t count) { attention_impl(problems, count); }
 void gemm(strided<const float> a, strided<const float> b, float* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
 void gemm(strided<const double> a, strided<const double> b, double* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
 void softmax_rows(strided<float> x) { set<float>().softmax_rows(x); }
@@ -241,7 +130,7 @@ void copy(strided<const float> src, strided<float> dst) { set<float>().copy(src,
 void copy(strided<const double> src, strided<double> dst) { set<double>().copy(src, dst); }
 
 blocking active_blocking(std::size_t element_bytes) {
-  return element_bytes == sizeof(float) ? set<float>().attention_sizes : set<double>().attention_sizes;
+  return element_bytes == sizeof(float) ? set<float>().attention.sizes : set<double>().attention.sizes;
 }
 
 void set_threads(std::size_t n) { detail::set_pool_threads(n); }

@@ -12,6 +12,17 @@
 
 namespace qkv::kernels {
 
+// The fused attention: its sizes (blocking.hpp says which buffers they
+// imply), and the pieces src/attention_schedule.cpp spreads over threads.
+template <class T>
+struct attention_entries {
+  blocking sizes;
+  void (*pack)(const attention_problem<T>& problem, T* shared);
+  void (*blocks)(const attention_problem<T>& problem, const T* shared, std::size_t b0, std::size_t b1, T* scratch);
+  void (*decode_part)(const attention_problem<T>& problem, std::size_t part, T* scratch, T* part_out);
+  void (*decode_merge)(const attention_problem<T>& problem, const T* parts, std::size_t count);
+};
+
 template <class T>
 struct kernel_set {
   std::size_t (*gemm_workspace)(std::size_t m, std::size_t n, std::size_t k);
@@ -22,18 +33,7 @@ struct kernel_set {
   void (*add)(strided<T> x, strided<const T> y);
   void (*subtract)(strided<T> x, strided<const T> y);
   void (*copy)(strided<const T> src, strided<T> dst);
-  std::size_t (*attention_block_rows)();
-  std::size_t (*attention_shared_size)(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv);
-  std::size_t (*attention_scratch_size)(std::size_t n, std::size_t m, std::size_t dv);
-  void (*attention_pack)(const attention_problem<T>& problem, T* shared);
-  void (*attention_blocks)(const attention_problem<T>& problem, const T* shared, std::size_t b0, std::size_t b1,
-                           T* scratch);
-  std::size_t (*attention_decode_parts)(std::size_t n, std::size_t m);
-  std::size_t (*attention_decode_part_size)(std::size_t n, std::size_t dv);
-  void (*attention_decode_part)(const attention_problem<T>& problem, std::size_t part, T* scratch, T* part_out);
-  void (*attention_decode_merge)(const attention_problem<T>& problem, const T* parts, std::size_t count);
-  void (*attention_decode)(const attention_problem<T>& problem, T* scratch, T* parts);
-  blocking attention_sizes;
+  attention_entries<T> attention;
 };
 
 struct kernel_table {
@@ -47,5 +47,10 @@ struct kernel_table {
 // src/arch_<Isa::name>.cpp alone, with that set's flags.
 template <class Isa>
 const kernel_table& kernels_of() noexcept;
+
+// The kernels of the instruction set picked (dispatch.cpp): throws as
+// set_arch does while QKV_ARCH names a set that cannot run.
+template <class T>
+const kernel_set<T>& active_kernels();
 
 }  // namespace qkv::kernels

@@ -24,17 +24,11 @@ constexpr kernel_set<T> make_kernel_set() {
           .add = &e::add,
           .subtract = &e::subtract,
           .copy = &e::copy,
-          .attention_block_rows = &at::block_rows,
-          .attention_shared_size = &at::shared_size,
-          .attention_scratch_size = &at::scratch_size,
-          .attention_pack = &at::pack,
-          .attention_blocks = &at::blocks,
-          .attention_decode_parts = &at::decode_parts,
-          .attention_decode_part_size = &at::decode_part_size,
-          .attention_decode_part = &at::decode_part,
-          .attention_decode_merge = &at::decode_merge,
-          .attention_decode = &at::decode,
-          .attention_sizes = at::sizes};
+          .attention = {.sizes = at::sizes,
+                        .pack = &at::pack,
+                        .blocks = &at::blocks,
+                        .decode_part = &at::decode_part,
+                        .decode_merge = &at::decode_merge}};
 }
 
 template <class Isa>

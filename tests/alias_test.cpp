@@ -52,7 +52,8 @@ TEST_CASE("eval_into: additive(Wq, Wk, w) with w a view into the output", "[alia
     fmat Oc = O;
     const fview wc(Oc.data(), 1, da);
     const auto ec = softmax(similarity(Q, K, additive(Wq, Wk, wc))) * V;
-    const fmat want = eval(ec, naive);  // into fresh storage, before Oc changes
+    // The same strategy into fresh storage, before Oc changes.
+    const fmat want = fused_path ? eval(ec, fused) : eval(ec, naive);
     if (fused_path) eval_into(Oc, ec, fused);
     else eval_into(Oc, ec, naive);
     INFO((fused_path ? "fused" : "naive"));

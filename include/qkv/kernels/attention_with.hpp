@@ -2,9 +2,9 @@
 // exist only in the translation unit that uses them, so the code that calls
 // them is instantiated here, for the instruction set this unit is compiled
 // for (xsimd::default_arch: SSE2 or NEON by default, AVX2 or AVX-512 with
-// -march=native). The work is spread over the library's threads as for the
-// compiled kernels: query blocks over the pool, each computed alike whoever
-// runs it, so the result does not depend on the number of threads.
+// -march=native). The work is spread over the library's threads by the
+// compiled kernels' own scheduler (attention_schedule.hpp), so the result
+// does not depend on the number of threads.
 #pragma once
 
 #include "../storage/aligned_buffer.hpp"
@@ -12,13 +12,11 @@
 #include "arch_list.hpp"
 #include "attention.hpp"
 #include "attention_rows.hpp"
-#include "parallel.hpp"
+#include "attention_schedule.hpp"
 
 #include <xsimd/xsimd.hpp>
 
-#include <algorithm>
 #include <cstddef>
-#include <vector>
 
 namespace qkv::kernels {
 
@@ -51,77 +49,25 @@ struct attention_online_kernel {
   }
 };
 
-namespace detail_with {
-
-template <class T>
-bool same_view(const strided<const T>& a, const strided<const T>& b) {
-  return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride &&
-         a.col_stride == b.col_stride;
-}
-
-template <class T>
-bool empty(const attention_problem<T>& p) {
-  return p.q.rows == 0 || p.v.cols == 0;
-}
-
-// What a group of problems sharing K and V packs, from its first non-empty one.
-template <class Kernel, class T>
-const T* pack_group(const attention_problem<T>* group, std::size_t count, detail::aligned_buffer<T>& shared) {
-  for (std::size_t x = 0; x < count; ++x) {
-    if (empty(group[x])) continue;
-    const std::size_t size = Kernel::pack_size(group[x]);
-    if (shared.size() < size) shared = detail::aligned_buffer<T>(size, detail::aligned_buffer<T>::uninitialized);
-    Kernel::pack(group[x], shared.data());
-    break;
+// A kernel above, with the user's functors, as attention_schedule.hpp asks
+// for it; each keeps its own per-thread scratch.
+template <class Kernel, class T, class Ext>
+struct with_functors {
+  const Ext& ext;
+  std::size_t shared_size(const attention_problem<T>& p) const { return Kernel::pack_size(p); }
+  void pack(const attention_problem<T>& p, T* shared) const { Kernel::pack(p, shared); }
+  std::size_t pieces(const attention_problem<T>& p) const { return Kernel::blocks(p); }
+  std::size_t scratch_size(const attention_problem<T>&) const { return 0; }
+  std::size_t kept_size(const attention_problem<T>&) const { return 0; }
+  void piece(const attention_problem<T>& p, const T* shared, std::size_t b, T*, T*) const {
+    Kernel::block(p, shared, b, ext);
   }
-  return shared.data();
-}
+  void finish(const attention_problem<T>&, const T*) const {}
+};
 
-}  // namespace detail_with
-
-// Problems in groups of consecutive ones with the same K and V (the query
-// heads of one key/value head), each group packed once. With many groups (at
-// least two per thread) each thread takes whole groups; with few, the query
-// blocks of all of a group's problems are spread over the pool, so a batch
-// of short heads still fills the threads. A block is computed alike whoever
-// runs it: the result does not depend on the number of threads.
 template <class Kernel, class T, class Ext>
 void attention_spread(const attention_problem<T>* problems, std::size_t count, const Ext& ext) {
-  using buffer = detail::aligned_buffer<T>;
-  std::vector<std::size_t> starts;  // group g: problems [starts[g], starts[g + 1])
-  for (std::size_t x = 0; x < count; ++x)
-    if (x == 0 || !detail_with::same_view(problems[x - 1].k, problems[x].k) ||
-        !detail_with::same_view(problems[x - 1].v, problems[x].v))
-      starts.push_back(x);
-  starts.push_back(count);
-  const std::size_t groups = starts.size() - 1;
-  if (groups >= 2 * threads()) {
-    detail::parallel_for(groups, [&](std::size_t g) {
-      thread_local buffer shared;
-      const attention_problem<T>* group = problems + starts[g];
-      const std::size_t size = starts[g + 1] - starts[g];
-      const T* packed = detail_with::pack_group<Kernel>(group, size, shared);
-      for (std::size_t x = 0; x < size; ++x)
-        if (!detail_with::empty(group[x]))
-          for (std::size_t b = 0; b < Kernel::blocks(group[x]); ++b) Kernel::block(group[x], packed, b, ext);
-    });
-    return;
-  }
-  buffer shared;
-  std::vector<std::size_t> first;  // problem x of the group: blocks [first[x], first[x + 1])
-  for (std::size_t g = 0; g < groups; ++g) {
-    const attention_problem<T>* group = problems + starts[g];
-    const std::size_t size = starts[g + 1] - starts[g];
-    const T* packed = detail_with::pack_group<Kernel>(group, size, shared);
-    first.assign(size + 1, 0);
-    for (std::size_t x = 0; x < size; ++x)
-      first[x + 1] = first[x] + (detail_with::empty(group[x]) ? 0 : Kernel::blocks(group[x]));
-    detail::parallel_for(first[size], [&](std::size_t piece) {
-      const auto after = std::upper_bound(first.begin(), first.end(), piece);  // past the piece's problem
-      const std::size_t x = static_cast<std::size_t>(after - first.begin()) - 1;
-      Kernel::block(group[x], packed, piece - first[x], ext);
-    });
-  }
+  schedule_attention(with_functors<Kernel, T, Ext>{ext}, problems, count);
 }
 
 // The whole online loop on one problem.

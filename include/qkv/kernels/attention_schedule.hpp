@@ -1,0 +1,130 @@
+// How the attention of many problems (the heads of a layer, the members of a
+// batch) is spread over the threads, whichever kernel computes it: the
+// library's compiled kernels (src/attention_schedule.cpp) or a kernel with
+// the user's functors instantiated in the user's unit (attention_with.hpp).
+//
+// Consecutive problems with the same K and V (the query heads of one
+// key/value head) form a group, packed once. With many groups (at least two
+// per thread) each thread takes whole groups, packing into its own buffer;
+// with few, the groups go one by one, the pieces of all of a group's
+// problems (query blocks, or key parts of a decode) spread over the pool, so
+// a batch of short heads still fills the threads. A piece is computed alike
+// whoever runs it and finish() combines a problem's pieces in a fixed order:
+// the results depend neither on the number of threads nor on the way chosen.
+#pragma once
+
+#include "../storage/aligned_buffer.hpp"
+#include "api.hpp"
+#include "attention_problem.hpp"
+#include "parallel.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+namespace qkv::kernels {
+
+// What the scheduler asks of a kernel, for a problem p:
+//   shared_size(p)   what p packs for all its pieces (K and V); 0 for nothing
+//   pack(p, shared)
+//   pieces(p)        its independent pieces
+//   scratch_size(p)  a piece's own buffer, on the thread that runs it
+//   kept_size(p)     what its pieces leave for finish(), all together (0: nothing)
+//   piece(p, shared, b, scratch, kept)
+//   finish(p, kept)  after all of p's pieces
+namespace schedule_detail {
+
+template <class T>
+bool same_view(const strided<const T>& a, const strided<const T>& b) {
+  return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride &&
+         a.col_stride == b.col_stride;
+}
+
+template <class T>
+bool empty(const attention_problem<T>& p) {
+  return p.q.rows == 0 || p.v.cols == 0;
+}
+
+// A buffer of the calling thread, grown on demand; Slot tells apart buffers
+// that are in use at once.
+template <class T, int Slot>
+T* thread_buffer(std::size_t elements) {
+  thread_local detail::aligned_buffer<T> buffer;
+  if (buffer.size() < elements) buffer = detail::aligned_buffer<T>(elements, detail::aligned_buffer<T>::uninitialized);
+  return buffer.data();
+}
+
+// K and V of a group packed into the calling thread's buffer, from its first
+// problem that packs anything; null when none does.
+template <class Kernel, class T>
+const T* pack_group(const Kernel& kernel, const attention_problem<T>* group, std::size_t count) {
+  for (std::size_t x = 0; x < count; ++x) {
+    const attention_problem<T>& p = group[x];
+    if (empty(p)) continue;
+    const std::size_t size = kernel.shared_size(p);
+    if (size == 0) continue;
+    T* shared = thread_buffer<T, 0>(size);
+    kernel.pack(p, shared);
+    return shared;
+  }
+  return nullptr;
+}
+
+// A whole group on the calling thread.
+template <class Kernel, class T>
+void run_group(const Kernel& kernel, const attention_problem<T>* group, std::size_t count) {
+  const T* shared = pack_group(kernel, group, count);
+  for (std::size_t x = 0; x < count; ++x) {
+    const attention_problem<T>& p = group[x];
+    if (empty(p)) continue;
+    T* scratch = thread_buffer<T, 1>(kernel.scratch_size(p));
+    T* kept = thread_buffer<T, 2>(kernel.kept_size(p));
+    const std::size_t n = kernel.pieces(p);
+    for (std::size_t b = 0; b < n; ++b) kernel.piece(p, shared, b, scratch, kept);
+    kernel.finish(p, kept);
+  }
+}
+
+// A group packed by the caller, then the pieces of all its problems spread
+// over the pool, then each problem finished by the caller.
+template <class Kernel, class T>
+void spread_group(const Kernel& kernel, const attention_problem<T>* group, std::size_t count) {
+  const T* shared = pack_group(kernel, group, count);
+  // Problem x has pieces [first[x], first[x + 1]) and keeps at kept_at[x].
+  std::vector<std::size_t> first(count + 1, 0), kept_at(count + 1, 0);
+  for (std::size_t x = 0; x < count; ++x) {
+    const bool none = empty(group[x]);
+    first[x + 1] = first[x] + (none ? 0 : kernel.pieces(group[x]));
+    kept_at[x + 1] = kept_at[x] + (none ? 0 : kernel.kept_size(group[x]));
+  }
+  T* kept = thread_buffer<T, 2>(kept_at[count]);
+  detail::parallel_for(first[count], [&](std::size_t piece) {
+    const auto after = std::upper_bound(first.begin(), first.end(), piece);  // past the piece's problem
+    const std::size_t x = static_cast<std::size_t>(after - first.begin()) - 1;
+    const attention_problem<T>& p = group[x];
+    kernel.piece(p, shared, piece - first[x], thread_buffer<T, 1>(kernel.scratch_size(p)), kept + kept_at[x]);
+  });
+  for (std::size_t x = 0; x < count; ++x)
+    if (!empty(group[x])) kernel.finish(group[x], kept + kept_at[x]);
+}
+
+}  // namespace schedule_detail
+
+template <class Kernel, class T>
+void schedule_attention(const Kernel& kernel, const attention_problem<T>* problems, std::size_t count) {
+  using namespace schedule_detail;
+  std::vector<std::size_t> starts;  // group g: problems [starts[g], starts[g + 1])
+  for (std::size_t x = 0; x < count; ++x)
+    if (x == 0 || !same_view(problems[x - 1].k, problems[x].k) || !same_view(problems[x - 1].v, problems[x].v))
+      starts.push_back(x);
+  starts.push_back(count);
+  const std::size_t groups = starts.size() - 1;
+  if (groups >= 2 * threads()) {
+    detail::parallel_for(groups,
+                         [&](std::size_t g) { run_group(kernel, problems + starts[g], starts[g + 1] - starts[g]); });
+  } else {
+    for (std::size_t g = 0; g < groups; ++g) spread_group(kernel, problems + starts[g], starts[g + 1] - starts[g]);
+  }
+}
+
+}  // namespace qkv::kernels

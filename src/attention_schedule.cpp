@@ -1,0 +1,56 @@
+// The fused attention of kernels/api.hpp: the compiled kernels of the
+// instruction set that runs, spread over the threads by
+// kernels/attention_schedule.hpp. Many queries go by query blocks over
+// packed K and V; a few (decoding) by fixed parts of the keys, each part's
+// results kept and merged by log-sum-exp in part order.
+#include "kernel_table.hpp"
+
+#include <qkv/kernels/api.hpp>
+#include <qkv/kernels/attention_schedule.hpp>
+
+#include <cstddef>
+
+namespace qkv::kernels {
+namespace {
+
+template <class T>
+struct compiled_attention {
+  const attention_entries<T>& k;
+
+  bool decodes(const attention_problem<T>& p) const { return k.sizes.decodes(p.q.rows); }
+  std::size_t shared_size(const attention_problem<T>& p) const {
+    return k.sizes.shared_size(p.q.rows, p.k.rows, p.q.cols, p.v.cols);
+  }
+  void pack(const attention_problem<T>& p, T* shared) const { k.pack(p, shared); }
+  std::size_t pieces(const attention_problem<T>& p) const {
+    if (decodes(p)) return k.sizes.decode_parts(p.q.rows, p.k.rows);
+    return (p.q.rows + k.sizes.query_rows - 1) / k.sizes.query_rows;
+  }
+  std::size_t scratch_size(const attention_problem<T>& p) const {
+    return k.sizes.scratch_size(p.q.rows, p.k.rows, p.v.cols);
+  }
+  std::size_t kept_size(const attention_problem<T>& p) const {
+    return decodes(p) ? pieces(p) * k.sizes.decode_part_size(p.q.rows, p.v.cols) : 0;
+  }
+  void piece(const attention_problem<T>& p, const T* shared, std::size_t b, T* scratch, T* kept) const {
+    if (decodes(p)) k.decode_part(p, b, scratch, kept + b * k.sizes.decode_part_size(p.q.rows, p.v.cols));
+    else k.blocks(p, shared, b, b + 1, scratch);
+  }
+  void finish(const attention_problem<T>& p, const T* kept) const {
+    if (decodes(p)) k.decode_merge(p, kept, pieces(p));
+  }
+};
+
+template <class T>
+void attention_impl(const attention_problem<T>* problems, std::size_t count) {
+  schedule_attention(compiled_attention<T>{active_kernels<T>().attention}, problems, count);
+}
+
+}  // namespace
+
+void attention(const attention_problem<float>& problem) { attention_impl(&problem, 1); }
+void attention(const attention_problem<double>& problem) { attention_impl(&problem, 1); }
+void attention(const attention_problem<float>* problems, std::size_t count) { attention_impl(problems, count); }
+void attention(const attention_problem<double>* problems, std::size_t count) { attention_impl(problems, count); }
+
+}  // namespace qkv::kernels
