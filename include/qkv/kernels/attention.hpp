@@ -126,6 +126,10 @@ struct attention_kernel {
         const T* c = p.col_bias.ptr(0, j0);
         for (j = 0; j < count; ++j) u[j] += p.col_scale * c[j];
       }
+      if (p.row_bias.data != nullptr) {
+        const T r = p.row_scale * p.row_bias(i, 0);
+        for (j = 0; j < count; ++j) u[j] += r;
+      }
       if constexpr (extension_traits<Ext, T>::modifies) modify(ext, i, j0, count, u);
       a = T(1);
     }
