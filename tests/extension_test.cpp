@@ -1454,6 +1454,9 @@ TEST_CASE("cost of similarity expressions", "[extension][cost]") {
   CHECK(cl.fused_bytes * 8 < cl.naive_bytes);
   const auto cm = cost(softmax(masked(similarity(Q, K, neg_sq_l2), window_t{70, 300, 10})) * V);
   CHECK(cm.flops >= 2 * n * m * d + 2 * n * m * dv);
+  // Under a score_mod, neg_sq_l2 keeps the queries' n norms as well.
+  CHECK(cost(softmax(score_mod(similarity(Q, K, neg_sq_l2) / 4.0f, alibi_t<float>{0.5f})) * V).fused_bytes ==
+        cost(softmax(similarity(Q, K, neg_sq_l2) / 4.0f) * V).fused_bytes + n * sizeof(float));
   // Static shapes: a constant expression.
   using E = decltype(softmax(similarity(std::declval<const matrix<float, 1024, 16>&>(),
                                         std::declval<const matrix<float, 1024, 16>&>(), neg_l1_t{})) *

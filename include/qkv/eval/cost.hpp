@@ -107,8 +107,9 @@ constexpr std::size_t similarity_width(const E* e) {
 }
 
 // Bytes a fused evaluation spends on a score chain's operands (Q, K and a
-// bias that are not storage get evaluated into buffers).
-template <class S>
+// bias that are not storage get evaluated into buffers). `Modified`: a
+// score_mod is around s (neg_sq_l2 then keeps the queries' norms too).
+template <class S, bool Modified = false>
 constexpr std::size_t chain_operand_bytes(const S* s) {
   if constexpr (is_product_v<S>) {
     return cost_of(lhs_of(s), true).fused_bytes + cost_of(arg_of(rhs_of(s)), true).fused_bytes;
@@ -116,15 +117,15 @@ constexpr std::size_t chain_operand_bytes(const S* s) {
     return similarity_operands_cost(s).fused_bytes;
   } else if constexpr (is_neg_sq_l2_v<S>) {
     return cost_of(lhs_of(s), true).fused_bytes + cost_of(rhs_of(s), true).fused_bytes +
-           rows_of(rhs_of(s)) * sizeof(value_type_t<S>);  // the keys' norms
+           (rows_of(rhs_of(s)) + (Modified ? rows_of(lhs_of(s)) : 0)) * sizeof(value_type_t<S>);  // the norms
   } else if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) {
-      return chain_operand_bytes(lhs_of(s)) + cost_of(rhs_of(s), true).fused_bytes;
+      return chain_operand_bytes<bare_t<decltype(*lhs_of(s))>, Modified>(lhs_of(s)) + cost_of(rhs_of(s), true).fused_bytes;
     } else {
-      return chain_operand_bytes(rhs_of(s)) + cost_of(lhs_of(s), true).fused_bytes;
+      return chain_operand_bytes<bare_t<decltype(*rhs_of(s))>, Modified>(rhs_of(s)) + cost_of(lhs_of(s), true).fused_bytes;
     }
-  } else {
-    return chain_operand_bytes(arg_of(s));  // scaled, causal, masked
+  } else {  // scaled, causal, masked, score_mod
+    return chain_operand_bytes<bare_t<decltype(*arg_of(s))>, Modified || is_score_mod_v<S>>(arg_of(s));
   }
 }
 
