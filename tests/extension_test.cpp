@@ -293,10 +293,12 @@ scores cosine_scores(const ref::mat& q, const ref::mat& k) {
 }
 
 // −‖q − k‖², computed (both strategies) as 2q·k − ‖q‖² − ‖k‖² (the fused
-// one leaving −‖q‖² out, a constant of the row). The three sums carry γ_d of
-// M_ij = 2Σ|q_c||k_c| + ‖q‖² + ‖k‖²; the doubling is exact; the two
-// subtractions (naive), or the scale's rounding into 2·scale and scale, the
-// two products and the addition (fused), each round by at most u·M_ij:
+// one leaving −‖q‖², a constant of the row, out unless a score_mod needs
+// it). The three sums carry γ_d of M_ij = 2Σ|q_c||k_c| + ‖q‖² + ‖k‖²; the
+// doubling is exact; the two subtractions (naive) each round by at most
+// u·M_ij; fused, the scale's rounding into 2·scale and scale, and the three
+// products, round each term by 2u of itself (2u·M_ij in all), the two
+// additions by u·M_ij each:
 //   e_ij = (γ_d + 5u)·M_ij, however small −‖q − k‖² itself is.
 template <class T>
 scores neg_sq_l2_scores(const ref::mat& q, const ref::mat& k) {
@@ -938,14 +940,25 @@ TEST_CASE("score_mod sees the scores before the masks and the row term", "[exten
     sc.s = ref::causal(sc.s);
     check_pair<float>(eval(inner, naive), eval(outer, fused), sc, v);
   }
-  // Around neg_sq_l2 the modifier must see the whole −‖q − k‖² (the fused
-  // kernel leaves the row's −‖q‖² out), so it is evaluated node by node.
+  // Around neg_sq_l2 the modifier must see the whole −‖q − k‖²: the fused
+  // kernel adds the row's −‖q‖², which softmax alone lets it leave out. Both
+  // the whole loop in this unit (QKV_ARCH forced to this unit's instruction
+  // set) and the rows path (the library on a wider one) read it.
   {
     // Scores near −3, capped at 2: leaving −‖q‖² out would change the result.
     auto e = softmax(causal(score_mod(similarity(in.Q, in.K, neg_sq_l2) / root, cap))) * in.V;
+    STATIC_REQUIRE(fuses<decltype(e)>);
     scores sc = modified(scaled<float>(neg_sq_l2_scores<float>(q, k), 1 / static_cast<real>(root)), cap);
     sc.s = ref::causal(sc.s);
-    check_pair<float>(eval(e, naive), eval(e), sc, v);
+    check_pair<float>(eval(e, naive), eval(e, fused), sc, v);
+    // The same in double, with a bias inside and a predicate outside.
+    inputs<double> d(70, 300, 17, 17, 20, 32);
+    const auto qd = ref::from(d.Q), kd = ref::from(d.K), vd = ref::from(d.V), bd = ref::from(d.B);
+    const window_t win{70, 300, 40};
+    auto ed = softmax(masked(score_mod(similarity(d.Q, d.K, neg_sq_l2) / std::sqrt(17.0) + d.B, softcap_t<double>{2.0}), win)) * d.V;
+    scores sd = modified(scaled<double>(neg_sq_l2_scores<double>(qd, kd), 1 / std::sqrt(real(17)), &bd), softcap_t<double>{2.0});
+    sd.s = masked_by(sd.s, win);
+    check_pair<double>(eval(ed, naive), eval(ed, fused), sd, vd);
   }
   // A modifier inside a scaling, two modifiers, a predicate inside a
   // modifier: no fused form, the best strategy falls back, still right.
@@ -1239,10 +1252,10 @@ TEST_CASE("batched similarity and score_mod and predicate equal each head alone"
     });
     check_threads([&] { return e(fused); });
   }
-  // The built-ins: neg_sq_l2 with soft-capping is not fused (node by node
-  // per head), cosine, additive (projections of each head).
+  // The built-ins: neg_sq_l2 with soft-capping (its row term per head),
+  // cosine, additive (projections of each head).
   {
-    auto e = [&] { return eval(softmax(causal(score_mod(similarity(Q, K, neg_sq_l2) / root, cap))) * V); };
+    auto e = [&] { return eval(softmax(causal(score_mod(similarity(Q, K, neg_sq_l2) / root, cap))) * V, fused); };
     check_per_head(e(), B, H, [&](std::size_t b, std::size_t h) {
       auto [q, k] = head(b, h);
       return eval(softmax(causal(score_mod(similarity(q, k, neg_sq_l2) / root, cap))) * vh(b, h));
@@ -1442,6 +1455,9 @@ TEST_CASE("cost of similarity expressions", "[extension][cost]") {
   CHECK(cl.fused_bytes * 8 < cl.naive_bytes);
   const auto cm = cost(softmax(masked(similarity(Q, K, neg_sq_l2), window_t{70, 300, 10})) * V);
   CHECK(cm.flops >= 2 * n * m * d + 2 * n * m * dv);
+  // Under a score_mod, neg_sq_l2 keeps the queries' n norms as well.
+  CHECK(cost(softmax(score_mod(similarity(Q, K, neg_sq_l2) / 4.0f, alibi_t<float>{0.5f})) * V).fused_bytes ==
+        cost(softmax(similarity(Q, K, neg_sq_l2) / 4.0f) * V).fused_bytes + n * sizeof(float));
   // Static shapes: a constant expression.
   using E = decltype(softmax(similarity(std::declval<const matrix<float, 1024, 16>&>(),
                                         std::declval<const matrix<float, 1024, 16>&>(), neg_l1_t{})) *

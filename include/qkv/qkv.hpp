@@ -22,6 +22,7 @@
 #include "similarity/builtin.hpp"
 #include "eval/strategy.hpp"
 #include "eval/eval.hpp"
+#include "eval/explain.hpp"
 #include "eval/cost.hpp"
 #include "kernels/api.hpp"
 

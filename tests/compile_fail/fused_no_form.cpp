@@ -1,4 +1,4 @@
-// Compile-fail: eval(e, qkv::fused) on an expression with no fused form
+// Compile-fail: eval(e, qkv::fused) on an expression that is not softmax(S) * V
 #include <qkv/qkv.hpp>
 using namespace qkv;
 int main() {

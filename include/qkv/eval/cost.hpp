@@ -151,8 +151,9 @@ constexpr std::size_t similarity_width(const E* e) {
 }
 
 // What a fused evaluation spends on a score chain's operands (Q, K and a
-// bias that are not storage get evaluated into buffers).
-template <class S>
+// bias that are not storage get evaluated into buffers). `Modified`: a
+// score_mod is around s (neg_sq_l2 then keeps the queries' norms too).
+template <class S, bool Modified = false>
 constexpr cost_estimate chain_operands_cost(const S* s) {
   if constexpr (is_product_v<S>) {
     cost_estimate c = cost_of(lhs_of(s), true);
@@ -163,20 +164,20 @@ constexpr cost_estimate chain_operands_cost(const S* s) {
   } else if constexpr (is_neg_sq_l2_v<S>) {
     cost_estimate c = cost_of(lhs_of(s), true);
     c += cost_of(rhs_of(s), true);
-    c.fused_bytes += rows_of(rhs_of(s)) * sizeof(value_type_t<S>);  // the keys' norms
+    c.fused_bytes += (rows_of(rhs_of(s)) + (Modified ? rows_of(lhs_of(s)) : 0)) * sizeof(value_type_t<S>);  // the norms
     return c;
   } else if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) {
-      cost_estimate c = chain_operands_cost(lhs_of(s));
+      cost_estimate c = chain_operands_cost<bare_t<decltype(*lhs_of(s))>, Modified>(lhs_of(s));
       c += cost_of(rhs_of(s), true);
       return c;
     } else {
-      cost_estimate c = chain_operands_cost(rhs_of(s));
+      cost_estimate c = chain_operands_cost<bare_t<decltype(*rhs_of(s))>, Modified>(rhs_of(s));
       c += cost_of(lhs_of(s), true);
       return c;
     }
-  } else {
-    return chain_operands_cost(arg_of(s));  // scaled, causal, masked
+  } else {  // scaled, causal, masked, score_mod
+    return chain_operands_cost<bare_t<decltype(*arg_of(s))>, Modified || is_score_mod_v<S>>(arg_of(s));
   }
 }
 

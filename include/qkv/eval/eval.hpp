@@ -205,12 +205,28 @@ void evaluate_into(Dst&& dst, const E& e) {
   }
 }
 
+// One error per rule of eval/fusion_rules.hpp: exactly the one e broke fires.
 template <class E>
 constexpr void require_fused_form() {
-  static_assert(has_fused_form<E>,
-                "qkv: eval(e, qkv::fused): e has no fused form (fused evaluates softmax(S) * V, S being Q * "
-                "transpose(K) or similarity(Q, K, f) scaled, causal, masked or plus a bias, and at most one "
-                "score_mod inside the masks and outside the scaling and the bias, not around neg_sq_l2)");
+  constexpr fusion_rule r = fused_form<bare_t<E>>::broken;
+  static_assert(r != fusion_rule::not_attention,
+                "qkv: eval(e, qkv::fused): not softmax(S) * V (fused evaluates attention only, eval(e) takes any e)");
+  static_assert(r != fusion_rule::not_a_similarity,
+                "qkv: eval(e, qkv::fused): the scores are not a similarity (S must be Q * transpose(K) or similarity(Q, K, f), then scaled, masked, biased or modified)");
+  static_assert(r != fusion_rule::two_biases,
+                "qkv: eval(e, qkv::fused): two biases in the scores (add them first: S + (B1 + B2))");
+  static_assert(r != fusion_rule::two_mask_matrices,
+                "qkv: eval(e, qkv::fused): two mask matrices in the scores (combine them into one first)");
+  static_assert(r != fusion_rule::two_predicates,
+                "qkv: eval(e, qkv::fused): two predicate masks in the scores (combine them into one predicate)");
+  static_assert(r != fusion_rule::two_score_mods,
+                "qkv: eval(e, qkv::fused): two score_mods in the scores (compose them into one modifier)");
+  static_assert(r != fusion_rule::score_mod_outside_mask,
+                "qkv: eval(e, qkv::fused): score_mod outside a mask (f would see -inf, masks outside it fuse: causal(score_mod(S, f)))");
+  static_assert(r != fusion_rule::scale_outside_score_mod,
+                "qkv: eval(e, qkv::fused): scaling outside a score_mod (scale inside it, score_mod(S * c, f), or in f)");
+  static_assert(r != fusion_rule::bias_outside_score_mod,
+                "qkv: eval(e, qkv::fused): a bias outside a score_mod (add it inside, score_mod(S + B, f), or in f)");
 }
 
 }  // namespace detail

@@ -1,10 +1,9 @@
 // The fused strategy: recognises softmax(S) * V where S is a score chain,
-// Q * transpose(K) (or another similarity) followed by any of: a scalar
-// factor or divisor, causal, masked (one mask matrix, one predicate), + B or
-// − B (one bias), one score_mod (on scores not yet masked). The chain is read into an
-// attention_problem (pointers, strides and a description of the score
-// post-operations) and handed to the fused kernel. Operands that are not
-// storage (Q = X * Wq, say) are evaluated first, by the same policy.
+// Q * transpose(K) (or another similarity) in slots the rules of
+// eval/fusion_rules.hpp allow. The chain is read into an attention_problem
+// (pointers, strides and a description of the score post-operations) and
+// handed to the fused kernel. Operands that are not storage (Q = X * Wq,
+// say) are evaluated first, by the same policy.
 #pragma once
 
 #include "naive.hpp"
@@ -13,10 +12,12 @@
 #include "../kernels/attention_problem.hpp"
 #include "../kernels/attention_with.hpp"
 #include "../kernels/row_norms.hpp"
+#include "fusion_rules.hpp"
 #include "naive_extensions.hpp"
 
 #include <cstddef>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 
 namespace qkv::detail {
@@ -24,9 +25,10 @@ namespace qkv::detail {
 // What a score chain is made of, while its operands are evaluated.
 template <class T>
 struct score_parts {
-  operand<T> q, k, bias, col;
-  long double scale = 1, bias_scale = 1, col_scale = 1;  // one rounding to T at the end
+  operand<T> q, k, bias, col, row;
+  long double scale = 1, bias_scale = 1, col_scale = 1, row_scale = 1;  // one rounding to T at the end
   bool has_bias = false;
+  bool row_term = false;  // a score_mod is around the core: a row's constant term counts
   bool causal = false;
   operand<bool> mask;
 };
@@ -69,12 +71,11 @@ struct chain_extension {
   }
 };
 
-// A chain's traits: whether it matches, what it already holds (one bias,
-// one mask matrix, one predicate, one modifier), and its functors.
+// A chain's traits: the slots it fills and the first rule it broke
+// (eval/fusion_rules.hpp), and its functors. Anything else is no chain.
 struct chain_base {
-  static constexpr bool matches = false, has_bias = false, has_mask = false, has_keep = false, has_mod = false;
-  static constexpr bool masks_any = false;       // causal, a mask or a predicate inside
-  static constexpr bool drops_row_term = false;  // neg_sq_l2: the row's constant −‖q‖² is left out (softmax ignores it)
+  static constexpr chain_slots slots = not_a_chain;
+  static constexpr std::string_view core_name = "";  // the similarity, as explain(e) names it
   using term_type = none;
   using mod_type = none;
   using keep_type = none;
@@ -83,6 +84,13 @@ struct chain_base {
 template <class S>
 struct score_chain : chain_base {};
 
+// A similarity function's name in explain(e); built-ins name themselves.
+template <class F>
+inline constexpr std::string_view similarity_name = "f";
+
+template <class S>
+inline constexpr bool chain_fuses = score_chain<S>::slots.broken == fusion_rule::none;
+
 template <class S>
 using chain_extension_t = chain_extension<typename score_chain<S>::term_type, typename score_chain<S>::mod_type,
                                           typename score_chain<S>::keep_type>;
@@ -90,7 +98,8 @@ using chain_extension_t = chain_extension<typename score_chain<S>::term_type, ty
 template <class Q, class K>
   requires is_transpose_v<bare_t<K>>
 struct score_chain<product_expr<Q, K>> : chain_base {
-  static constexpr bool matches = true;
+  static constexpr chain_slots slots = core_slots;
+  static constexpr std::string_view core_name = "dot";
   template <class Policy, class T, class Ext>
   static void describe(const product_expr<Q, K>& e, score_parts<T>& parts, Ext&) {
     parts.q = node_operand<Policy>(e.lhs());
@@ -99,10 +108,13 @@ struct score_chain<product_expr<Q, K>> : chain_base {
 };
 
 // −‖q − k‖² = 2 q·k − ‖k‖² − ‖q‖²: the dot product scaled by 2, the keys'
-// norms added as one row shared by every query, the queries' left out.
+// norms added as one row shared by every query, the queries' as one column
+// shared by every key when a modifier needs the true score (softmax alone
+// ignores a row's constant, so it is left out otherwise).
 template <class Q, class K>
 struct score_chain<neg_sq_l2_expr<Q, K>> : chain_base {
-  static constexpr bool matches = true, drops_row_term = true;
+  static constexpr chain_slots slots = core_slots;
+  static constexpr std::string_view core_name = "neg_sq_l2";
   template <class Policy, class T, class Ext>
   static void describe(const neg_sq_l2_expr<Q, K>& e, score_parts<T>& parts, Ext&) {
     parts.q = node_operand<Policy>(e.lhs());
@@ -112,13 +124,21 @@ struct score_chain<neg_sq_l2_expr<Q, K>> : chain_base {
     kernels::row_sq_norms(parts.k.view, parts.col.owned.data());
     for (std::size_t j = 0; j < m; ++j) parts.col.owned.data()[j] = -parts.col.owned.data()[j];
     parts.col.view = dense<const T>(parts.col.owned.data(), 1, m, m);
+    if (parts.row_term) {
+      const std::size_t n = parts.q.view.rows;
+      parts.row.owned = aligned_buffer<T>(n, aligned_buffer<T>::uninitialized);
+      kernels::row_sq_norms(parts.q.view, parts.row.owned.data());
+      for (std::size_t i = 0; i < n; ++i) parts.row.owned.data()[i] = -parts.row.owned.data()[i];
+      parts.row.view = dense<const T>(parts.row.owned.data(), n, 1, 1);
+    }
     parts.scale *= 2;
   }
 };
 
 template <class Q, class K, class F>
 struct score_chain<similarity_expr<Q, K, F>> : chain_base {
-  static constexpr bool matches = true;
+  static constexpr chain_slots slots = core_slots;
+  static constexpr std::string_view core_name = similarity_name<F>;
   using term_type = F;
   template <class Policy, class T, class Ext>
   static void describe(const similarity_expr<Q, K, F>& e, score_parts<T>& parts, Ext& ext) {
@@ -131,22 +151,22 @@ struct score_chain<similarity_expr<Q, K, F>> : chain_base {
 template <class X, class S, scale_op Op>
 struct score_chain<scaled_expr<X, S, Op>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
-  static constexpr bool matches = inner::matches && !inner::has_mod;  // the kernel scales before it modifies
+  static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::scale);
   template <class Policy, class T, class Ext>
   static void describe(const scaled_expr<X, S, Op>& e, score_parts<T>& parts, Ext& ext) {
     inner::template describe<Policy>(e.arg(), parts, ext);
     const auto c = static_cast<long double>(e.factor());
     if constexpr (Op == scale_op::multiply) {
-      parts.scale *= c, parts.bias_scale *= c, parts.col_scale *= c;
+      parts.scale *= c, parts.bias_scale *= c, parts.col_scale *= c, parts.row_scale *= c;
     } else {
-      parts.scale /= c, parts.bias_scale /= c, parts.col_scale /= c;
+      parts.scale /= c, parts.bias_scale /= c, parts.col_scale /= c, parts.row_scale /= c;
     }
   }
 };
 
 template <class X>
 struct score_chain<causal_expr<X>> : score_chain<bare_t<X>> {
-  static constexpr bool masks_any = true;
+  static constexpr chain_slots slots = add_slot(score_chain<bare_t<X>>::slots, chain_slot::causal);
   template <class Policy, class T, class Ext>
   static void describe(const causal_expr<X>& e, score_parts<T>& parts, Ext& ext) {
     score_chain<bare_t<X>>::template describe<Policy>(e.arg(), parts, ext);
@@ -157,8 +177,7 @@ struct score_chain<causal_expr<X>> : score_chain<bare_t<X>> {
 template <class X, class M>
 struct score_chain<masked_expr<X, M>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
-  static constexpr bool matches = inner::matches && !inner::has_mask;
-  static constexpr bool has_mask = true, masks_any = true;
+  static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::mask);
   template <class Policy, class T, class Ext>
   static void describe(const masked_expr<X, M>& e, score_parts<T>& parts, Ext& ext) {
     inner::template describe<Policy>(e.arg(), parts, ext);
@@ -169,8 +188,7 @@ struct score_chain<masked_expr<X, M>> : score_chain<bare_t<X>> {
 template <class X, class P>
 struct score_chain<predicate_masked_expr<X, P>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
-  static constexpr bool matches = inner::matches && !inner::has_keep;
-  static constexpr bool has_keep = true, masks_any = true;
+  static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::predicate);
   using keep_type = P;
   template <class Policy, class T, class Ext>
   static void describe(const predicate_masked_expr<X, P>& e, score_parts<T>& parts, Ext& ext) {
@@ -184,11 +202,11 @@ struct score_chain<predicate_masked_expr<X, P>> : score_chain<bare_t<X>> {
 template <class X, class F>
 struct score_chain<score_mod_expr<X, F>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
-  static constexpr bool matches = inner::matches && !inner::has_mod && !inner::masks_any && !inner::drops_row_term;
-  static constexpr bool has_mod = true;
+  static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::modifier);
   using mod_type = F;
   template <class Policy, class T, class Ext>
   static void describe(const score_mod_expr<X, F>& e, score_parts<T>& parts, Ext& ext) {
+    parts.row_term = true;
     inner::template describe<Policy>(e.arg(), parts, ext);
     ext.mod_f.emplace(e.function());
   }
@@ -197,11 +215,9 @@ struct score_chain<score_mod_expr<X, F>> : score_chain<bare_t<X>> {
 // S + B, S − B, and B + S: which side is the chain.
 template <class A, class B, elementwise_op Op>
 struct bias_sides {
-  using a_chain = score_chain<bare_t<A>>;
-  using b_chain = score_chain<bare_t<B>>;
-  static constexpr bool left = a_chain::matches && !a_chain::has_bias && !a_chain::has_mod;
-  static constexpr bool right =
-      !left && Op == elementwise_op::add && b_chain::matches && !b_chain::has_bias && !b_chain::has_mod;
+  static constexpr chain_slots slots = add_bias(score_chain<bare_t<A>>::slots, score_chain<bare_t<B>>::slots,
+                                                Op == elementwise_op::add);
+  static constexpr bool left = add_slot(score_chain<bare_t<A>>::slots, chain_slot::bias).broken == fusion_rule::none;
   using inner = score_chain<bare_t<std::conditional_t<left, A, B>>>;
 };
 
@@ -209,8 +225,7 @@ template <class A, class B, elementwise_op Op>
 struct score_chain<elementwise_expr<A, B, Op>> : bias_sides<A, B, Op>::inner {
   using inner = typename bias_sides<A, B, Op>::inner;
   static constexpr bool left = bias_sides<A, B, Op>::left;
-  static constexpr bool matches = left || bias_sides<A, B, Op>::right;
-  static constexpr bool has_bias = true;
+  static constexpr chain_slots slots = bias_sides<A, B, Op>::slots;
   template <class Policy, class T, class Ext>
   static void describe(const elementwise_expr<A, B, Op>& e, score_parts<T>& parts, Ext& ext) {
     if constexpr (left) {
@@ -226,8 +241,10 @@ struct score_chain<elementwise_expr<A, B, Op>> : bias_sides<A, B, Op>::inner {
   }
 };
 
+// catches anything but softmax(S) * V, gives not_attention.
 template <class E>
 struct fused_form {
+  static constexpr fusion_rule broken = fusion_rule::not_attention;
   static constexpr bool value = false;
 };
 
@@ -235,7 +252,8 @@ template <class A, class V>
   requires is_softmax_v<bare_t<A>>
 struct fused_form<product_expr<A, V>> {
   using scores = bare_t<decltype(std::declval<const bare_t<A>&>().arg())>;
-  static constexpr bool value = score_chain<scores>::matches;
+  static constexpr fusion_rule broken = score_chain<scores>::slots.broken;
+  static constexpr bool value = broken == fusion_rule::none;
 };
 
 template <class E>
@@ -281,6 +299,10 @@ kernels::attention_problem<value_type_t<E>> attention_problem_of(const E& e, ker
   if (parts.col.view.data != nullptr) {
     problem.col_bias = parts.col.view;
     problem.col_scale = static_cast<T>(parts.col_scale);
+  }
+  if (parts.row.view.data != nullptr) {
+    problem.row_bias = parts.row.view;
+    problem.row_scale = static_cast<T>(parts.row_scale);
   }
   problem.causal = parts.causal;
   problem.mask = parts.mask.view;

@@ -1,5 +1,6 @@
 // What the fused attention kernel is asked to compute, in plain pointers and
-// strides: O = softmax(scale·(Q Kᵀ) + bias_scale·B + col_scale·1cᵀ, masked) V.
+// strides: O = softmax(scale·(Q Kᵀ) + bias_scale·B + col_scale·1cᵀ + row_scale·r1ᵀ,
+// modified, masked) V.
 // The kernel knows nothing of the expression it came from.
 #pragma once
 
@@ -18,6 +19,9 @@ struct attention_problem {
   T bias_scale = T(1);
   strided<const T> col_bias{nullptr, 0, 0, 0, 1};  // 1×m, added to every row (−‖k_j‖² of neg_sq_l2); none when null
   T col_scale = T(1);
+  strided<const T> row_bias{nullptr, 0, 0, 0, 1};  // n×1, added to row i before the modifier (−‖q_i‖² of
+                                                    // neg_sq_l2); softmax alone ignores it; none when null
+  T row_scale = T(1);
   bool causal = false;   // keys j > i + (m − n) excluded
   strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
 };

@@ -52,6 +52,10 @@ struct score_transform {
         const T* c = p.col_bias.ptr(0, j0);
         for (j = 0; j < count; ++j) u[j] += p.col_scale * c[j];
       }
+      if (p.row_bias.data != nullptr) {
+        const T r = p.row_scale * p.row_bias(i, 0);
+        for (j = 0; j < count; ++j) u[j] += r;
+      }
       if constexpr (traits::modifies) modify(ext, i, j0, count, u);
       a = T(1);
     }
