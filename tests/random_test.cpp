@@ -449,9 +449,11 @@ TEST_CASE("random attention against the reference, with its properties", "[rando
   for (std::size_t it = 0; it < iterations; ++it) {
     const std::uint32_t seed = first + std::uint32_t(it);
     const config c = draw(seed, 150);
-    // Double one draw in four; tensors one in five (smaller: up to 100).
-    if (seed % 4 == 1) run_matrices<double>(c);
-    else run_matrices<float>(c);
+    // In float, whose rounding the bounds test hardest (double is in the
+    // other tests; each element type here would add its own instantiation
+    // of every form, a third of this unit's build time and memory); tensors
+    // one draw in five (smaller: up to 100).
+    run_matrices<float>(c);
     if (seed % 5 == 2) run_tensors(draw(seed + 0x10000u, 100));
   }
 }
