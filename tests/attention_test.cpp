@@ -2,12 +2,17 @@
 // reference and against the lecture's worked example.
 #include <catch2/catch.hpp>
 
+#include "laws.hpp"
 #include "reference.hpp"
 
 #include <qkv/qkv.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 using namespace qkv;
@@ -104,23 +109,17 @@ TEST_CASE("softmax: masked rows become zeros and NaN poisons only its row", "[at
 
 namespace {
 
-enum class variant { plain, causal, random_mask, empty_rows, block_sparse, bias, bias_causal };
-
-const char* name(variant v) {
-  const char* names[] = {"plain", "causal", "random mask", "empty rows", "block-sparse mask", "bias", "bias + causal"};
-  return names[int(v)];
-}
-
-// Builds Q, K, V (a mask, a bias), evaluates softmax(Q Kᵀ / √dk ...) V naive
-// and fused, and holds both to the reference within attention_bound. The
-// fused result must also be about as accurate as the naive one: its error at
-// most twice the naive error (FlashAttention's criterion). Below 8 units of
-// roundoff of the largest output the comparison is between rounding noises
-// (the final division, the exps and the last additions cost a few ulps in
-// either order of evaluation), so that is the floor.
+// Builds Q, K, V, a bias and three masks (random, with rows masked whole,
+// and whole blocks of 256 keys masked for every query: the fused kernel
+// skips those), and holds softmax(Q Kᵀ / √dk ...) V in every form to the laws
+// (tests/laws.hpp): naive and fused within attention_bound, the fused error
+// at most twice the naive one, eval(e) and thread counts alike.
+//
+// `only`, when not empty, names the forms to check ("plain", "causal",
+// "bias", "bias + causal", "mask", "rows masked whole", "block-sparse mask").
 template <class T>
-void check_attention(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv, variant var, double score_range,
-                     std::uint32_t seed) {
+void check_attention(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv, double score_range,
+                     std::uint32_t seed, std::initializer_list<std::string_view> only = {}) {
   ref::rng rng(seed);
   matrix<T, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv), B(n, m);
   // Entries of size a give scores of size about a²·√dk; pick a for the range.
@@ -129,53 +128,70 @@ void check_attention(std::size_t n, std::size_t m, std::size_t dk, std::size_t d
   rng.fill(K, -a, a);
   rng.fill(V);
   rng.fill(B, -2, 2);
-  matrix<bool, dyn, dyn> M(n, m);
+  matrix<bool, dyn, dyn> M(n, m), Mempty(n, m), Msparse(n, m);
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < m; ++j) {
-      switch (var) {
-        case variant::empty_rows: M(i, j) = i % 3 != 1 && rng.coin(0.5); break;
-        // Whole blocks of 256 keys masked for every query: the fused kernel skips them.
-        case variant::block_sparse: M(i, j) = (j / 256) % 2 == 1 || (i % 7 == 0 && j % 256 == 255); break;
-        default: M(i, j) = rng.coin(0.7); break;
-      }
+      M(i, j) = rng.coin(0.7);
+      Mempty(i, j) = i % 3 != 1 && rng.coin(0.5);
+      Msparse(i, j) = (j / 256) % 2 == 1 || (i % 7 == 0 && j % 256 == 255);
     }
 
-  const auto q = ref::from(Q), k = ref::from(K), v = ref::from(V), b = ref::from(B);
-  const T dkt = T(dk);
-  const ref::real rscale = 1 / static_cast<ref::real>(qkv::sqrt(dkt));
-  ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), rscale);
-  if (var == variant::bias || var == variant::bias_causal)
-    for (std::size_t x = 0; x < s.v.size(); ++x) s.v[x] += b.v[x];
-  if (var == variant::causal || var == variant::bias_causal) s = ref::causal(s);
-  if (var == variant::random_mask || var == variant::empty_rows || var == variant::block_sparse) s = ref::masked(s, M);
-  const ref::mat p = ref::softmax(s);
-  const ref::mat want = ref::matmul(p, v);
-  const ref::mat bound = ref::attention_bound<T>(q, k, v, rscale, s, p);
-
-  auto run = [&](auto strategy) {
-    switch (var) {
-      case variant::plain: return eval(softmax(Q * transpose(K) / sqrt(dkt)) * V, strategy);
-      case variant::causal: return eval(softmax(causal(Q * transpose(K) / sqrt(dkt))) * V, strategy);
-      case variant::bias: return eval(softmax(Q * transpose(K) / sqrt(dkt) + B) * V, strategy);
-      case variant::bias_causal: return eval(softmax(causal(B + Q * transpose(K) / sqrt(dkt))) * V, strategy);
-      default: return eval(softmax(masked(Q * transpose(K) / sqrt(dkt), M)) * V, strategy);
-    }
+  const T root = qkv::sqrt(T(dk));
+  const ref::real rscale = 1 / static_cast<ref::real>(root);
+  auto scores = [&](const ref::mat& q, const ref::mat& k) {
+    return ref::scale(ref::matmul(q, ref::transpose(k)), rscale);
   };
-  const auto got_naive = run(naive);
-  const auto got_fused = run(fused);
-
-  INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << name(var) << ", scores ~"
-              << score_range << ", " << (sizeof(T) == 4 ? "float" : "double") << ", kernels " << active_arch());
-  REQUIRE(got_fused.rows() == n);
-  REQUIRE(got_fused.cols() == dv);
-  CHECK(ref::worst_ratio(got_naive, want, bound) <= 1);
-  CHECK(ref::worst_ratio(got_fused, want, bound) <= 1);
-  const ref::real floor = 8 * ref::unit_roundoff<T> * ref::max_abs(want);
-  CHECK(ref::max_error(got_fused, want) <= 2 * std::fmax(ref::max_error(got_naive, want), floor));
-  if (var == variant::empty_rows) {
-    for (std::size_t i = 1; i < n; i += 3)
-      for (std::size_t l = 0; l < dv; ++l) CHECK(got_fused(i, l) == T(0));
+  auto plus = [](ref::mat s, const ref::mat& b) {
+    for (std::size_t x = 0; x < s.v.size(); ++x) s.v[x] += b.v[x];
+    return s;
+  };
+  auto expect = [&](const ref::mat& q, const ref::mat& k, const ref::mat& v, const ref::mat& s) {
+    const ref::mat p = ref::softmax(s);
+    return test::expected{ref::matmul(p, v), ref::attention_bound<T>(q, k, v, rscale, s, p)};
+  };
+  using rm = const ref::mat&;
+  INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", scores ~" << score_range << ", "
+              << (sizeof(T) == 4 ? "float" : "double"));
+  auto wanted = [&](std::string_view form) {
+    return only.size() == 0 || std::find(only.begin(), only.end(), form) != only.end();
+  };
+  const auto forms = std::tuple{
+          test::law{"plain", [&](auto& q, auto& k, auto& v, auto&, auto&) { return softmax(q * transpose(k) / root) * v; },
+                    [&](rm q, rm k, rm v, rm, rm) { return expect(q, k, v, scores(q, k)); }},
+          test::law{"causal",
+                    [&](auto& q, auto& k, auto& v, auto&, auto&) { return softmax(causal(q * transpose(k) / root)) * v; },
+                    [&](rm q, rm k, rm v, rm, rm) { return expect(q, k, v, ref::causal(scores(q, k))); }},
+          test::law{"bias",
+                    [&](auto& q, auto& k, auto& v, auto& b, auto&) { return softmax(q * transpose(k) / root + b) * v; },
+                    [&](rm q, rm k, rm v, rm b, rm) { return expect(q, k, v, plus(scores(q, k), b)); }},
+          test::law{"bias + causal",
+                    [&](auto& q, auto& k, auto& v, auto& b, auto&) {
+                      return softmax(causal(b + q * transpose(k) / root)) * v;
+                    },
+                    [&](rm q, rm k, rm v, rm b, rm) { return expect(q, k, v, ref::causal(plus(scores(q, k), b))); }},
+          test::law{"mask",
+                    [&](auto& q, auto& k, auto& v, auto&, auto& mask) {
+                      return softmax(masked(q * transpose(k) / root, mask)) * v;
+                    },
+                    [&](rm q, rm k, rm v, rm, rm mask) { return expect(q, k, v, ref::masked(scores(q, k), mask)); }},
+  };
+  std::apply([&](const auto&... law) { ((wanted(law.name) ? test::check_laws<T>(law, Q, K, V, B, M) : void()), ...); },
+             forms);
+  // The masks with rows or key blocks masked whole, by the same "mask" law.
+  for (const auto* mask : {&Mempty, &Msparse}) {
+    const char* form = mask == &Mempty ? "rows masked whole" : "block-sparse mask";
+    if (!wanted(form)) continue;
+    INFO(form);
+    test::check_laws<T>(
+        test::law{"mask", [&](auto& q, auto& k, auto& v, auto& mk) { return softmax(masked(q * transpose(k) / root, mk)) * v; },
+                  [&](rm q, rm k, rm v, rm mk) { return expect(q, k, v, ref::masked(scores(q, k), mk)); }},
+        Q, K, V, *mask);
   }
+  // Rows masked whole give zeros.
+  if (!wanted("rows masked whole")) return;
+  const auto empty = eval(softmax(masked(Q * transpose(K) / root, Mempty)) * V, fused);
+  for (std::size_t i = 1; i < n; i += 3)
+    for (std::size_t l = 0; l < dv; ++l) CHECK(empty(i, l) == T(0));
 }
 
 }  // namespace
@@ -190,19 +206,15 @@ TEST_CASE("attention matches the reference over tails and n ≠ m and dk ≠ dv 
       {33, 129, 63, 1}, {7, 300, 5, 129}, {129, 129, 128, 64}, {2, 1000, 64, 32},  {67, 257, 33, 40},
       {130, 513, 64, 64}, {200, 100, 8, 8}, {20, 300, 600, 40},  // large head: key blocks of 96
   }));
-  for (variant var : {variant::plain, variant::causal, variant::random_mask, variant::empty_rows,
-                      variant::block_sparse, variant::bias, variant::bias_causal}) {
-    check_attention<float>(n, m, dk, dv, var, 3.0, std::uint32_t(n * 7 + m));
-    check_attention<double>(n, m, dk, dv, var, 3.0, std::uint32_t(n * 11 + m));
-  }
+  check_attention<float>(n, m, dk, dv, 3.0, std::uint32_t(n * 7 + m));
+  check_attention<double>(n, m, dk, dv, 3.0, std::uint32_t(n * 11 + m));
 }
 
 TEST_CASE("attention with extreme scores stays finite and accurate", "[attention]") {
   for (double range : {30.0, 300.0, 1e4}) {
-    check_attention<float>(70, 300, 64, 19, variant::plain, range, 9);
-    check_attention<float>(70, 300, 64, 19, variant::causal, range, 10);
-    check_attention<float>(3, 300, 64, 19, variant::plain, range, 12);
-    check_attention<double>(70, 300, 64, 19, variant::random_mask, range, 11);
+    check_attention<float>(70, 300, 64, 19, range, 9, {"plain", "causal"});
+    check_attention<float>(3, 300, 64, 19, range, 12, {"plain"});
+    check_attention<double>(70, 300, 64, 19, range, 11, {"mask"});
   }
 }
 
@@ -275,6 +287,15 @@ TEST_CASE("static and dynamic shapes give identical results with either strategy
       REQUIRE(Os(i, j) == Od(i, j));
       REQUIRE(Osn(i, j) == Odn(i, j));
     }
+  // The laws on the static shapes, static_cost against cost among them.
+  const ref::real rs = 1 / static_cast<ref::real>(static_cast<float>(sqrt(dim<16>)));
+  test::check_laws<float>(
+      test::law{"static shapes", [](auto& q, auto& k, auto& v) { return softmax(q * transpose(k) / sqrt(dim<16>)) * v; },
+                [&](const ref::mat& q, const ref::mat& k, const ref::mat& v) {
+                  const ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), rs), p = ref::softmax(s);
+                  return test::expected{ref::matmul(p, v), ref::attention_bound<float>(q, k, v, rs, s, p)};
+                }},
+      Q, K, V);
 }
 
 TEST_CASE("NaN in one query row poisons only that output row", "[attention]") {

@@ -1,5 +1,6 @@
 // What several test files share beyond the reference: restoring the thread
-// count, bit-for-bit comparisons, and random tensors.
+// count, bit-for-bit comparisons, random tensors, and whether the suite runs
+// under an emulator.
 #pragma once
 
 #include "reference.hpp"
@@ -7,6 +8,7 @@
 #include <qkv/qkv.hpp>
 
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 
 namespace test {
@@ -37,6 +39,14 @@ bool same_bits_tensor(const T& a, const T& b) {
 template <class Tensor>
 void fill(Tensor& t, ref::rng& rng, double lo = -1, double hi = 1) {
   for (std::size_t i = 0; i < t.size(); ++i) t.data()[i] = static_cast<typename Tensor::value_type>(rng.uniform(lo, hi));
+}
+
+// Whether the suite runs under an emulator (tests/CMakeLists.txt sets
+// QKV_TESTS_EMULATED there). What does not depend on the instruction set,
+// such as the split of work over threads, is then left to the native runs.
+inline bool emulated() {
+  const char* s = std::getenv("QKV_TESTS_EMULATED");
+  return s != nullptr && *s != '\0' && *s != '0';
 }
 
 }  // namespace test

@@ -4,6 +4,7 @@
 // over thread counts.
 #include <catch2/catch.hpp>
 
+#include "laws.hpp"
 #include "support.hpp"
 
 #include <qkv/qkv.hpp>
@@ -297,13 +298,16 @@ TEST_CASE("batched results are bit-identical with 1, 2 and 3 threads", "[tensor]
   fill(Q, rng);
   fill(K, rng);
   fill(V, rng);
-  auto run = [&] { return eval(softmax(causal(Q * transpose(K) / sqrt(dim<32>))) * V); };
-  set_threads(1);
-  const auto one = run();
-  for (std::size_t t : {2, 3}) {
-    set_threads(t);
-    CHECK(same_bits_tensor(one, run()));
-  }
+  // Through the laws (tests/laws.hpp): 1, 2 and 3 threads bit for bit, and
+  // each head equal to itself alone and within the reference bound.
+  const ref::real rs = 1 / static_cast<ref::real>(static_cast<float>(sqrt(dim<32>)));
+  test::check_laws<float>(
+      test::law{"causal(Q Kᵀ / √32)", [](auto& q, auto& k, auto& v) { return softmax(causal(q * transpose(k) / sqrt(dim<32>))) * v; },
+                [&](const ref::mat& q, const ref::mat& k, const ref::mat& v) {
+                  const ref::mat s = ref::causal(ref::scale(ref::matmul(q, ref::transpose(k)), rs)), p = ref::softmax(s);
+                  return test::expected{ref::matmul(p, v), ref::attention_bound<float>(q, k, v, rs, s, p)};
+                }},
+      Q, K, V);
 }
 
 TEST_CASE("the lecture's multi-head layer: projections, heads as views, concatenation", "[tensor][lecture]") {

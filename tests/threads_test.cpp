@@ -2,12 +2,14 @@
 // from several user threads at once.
 #include <catch2/catch.hpp>
 
+#include "laws.hpp"
 #include "support.hpp"
 
 #include <qkv/qkv.hpp>
 
 #include <cstring>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 using namespace qkv;
@@ -23,7 +25,8 @@ TEST_CASE("set_threads and threads", "[threads]") {
 }
 
 TEST_CASE("fused results are bit-identical with 1, 2 and 3 threads", "[threads]") {
-  test::threads_guard guard;
+  // Each expression through the laws (tests/laws.hpp), which evaluate it
+  // with 1, 2 and 3 threads and compare the bits, besides the reference.
   const auto [n, m, d] = GENERATE(table<std::size_t, std::size_t, std::size_t>({
       {200, 200, 64}, {129, 300, 17}, {64, 64, 8}, {333, 1000, 32}, {3, 500, 64},
   }));
@@ -37,20 +40,35 @@ TEST_CASE("fused results are bit-identical with 1, 2 and 3 threads", "[threads]"
   matrix<bool, dyn, dyn> M(n, m);
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < m; ++j) M(i, j) = rng.coin(0.6);
-  auto all = [&] {
-    return std::vector<matrix<float, dyn, dyn>>{
-        eval(softmax(Q * transpose(K) / sqrt(float(d))) * V),
-        eval(softmax(causal(Q * transpose(K) / sqrt(float(d)) + B)) * V),
-        eval(softmax(masked(Q * transpose(K), M)) * V),
-    };
+  const float root = sqrt(float(d));
+  const ref::real rs = 1 / static_cast<ref::real>(root);
+  auto expect = [](const ref::mat& q, const ref::mat& k, const ref::mat& v, ref::real scale, const ref::mat& s) {
+    const ref::mat p = ref::softmax(s);
+    return test::expected{ref::matmul(p, v), ref::attention_bound<float>(q, k, v, scale, s, p)};
   };
-  set_threads(1);
-  const auto one = all();
-  for (std::size_t t : {2, 3}) {
-    set_threads(t);
-    const auto many = all();
-    for (std::size_t k = 0; k < one.size(); ++k) CHECK(test::same_bits(one[k], many[k]));
-  }
+  auto scores = [](const ref::mat& q, const ref::mat& k, ref::real scale) {
+    return ref::scale(ref::matmul(q, ref::transpose(k)), scale);
+  };
+  using rm = const ref::mat&;
+  test::check_laws<float>(
+      std::tuple{
+          test::law{"softmax(Q Kᵀ / √d) V",
+                    [&](auto& q, auto& k, auto& v, auto&, auto&) { return softmax(q * transpose(k) / root) * v; },
+                    [&](rm q, rm k, rm v, rm, rm) { return expect(q, k, v, rs, scores(q, k, rs)); }},
+          test::law{"softmax(causal(Q Kᵀ / √d + B)) V",
+                    [&](auto& q, auto& k, auto& v, auto& b, auto&) {
+                      return softmax(causal(q * transpose(k) / root + b)) * v;
+                    },
+                    [&](rm q, rm k, rm v, rm b, rm) {
+                      ref::mat s = scores(q, k, rs);
+                      for (std::size_t x = 0; x < s.v.size(); ++x) s.v[x] += b.v[x];
+                      return expect(q, k, v, rs, ref::causal(s));
+                    }},
+          test::law{"softmax(masked(Q Kᵀ, M)) V",
+                    [&](auto& q, auto& k, auto& v, auto&, auto& mask) { return softmax(masked(q * transpose(k), mask)) * v; },
+                    [&](rm q, rm k, rm v, rm, rm mask) { return expect(q, k, v, 1, ref::masked(scores(q, k, 1), mask)); }},
+      },
+      Q, K, V, B, M);
 }
 
 TEST_CASE("evaluations from several user threads at once", "[threads]") {

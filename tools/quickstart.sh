@@ -41,19 +41,19 @@ else
   echo "== release build: every test, every instruction set (forced and under qemu)"
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
   cmake --build "$build" -j "$jobs"
-  ctest --test-dir "$build" -j "$jobs" --output-on-failure
+  ctest --test-dir "$build" -j "$jobs" --output-on-failure -LE long
   echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
   cmake -S . -B "$build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQKV_SANITIZE=ON -DQKV_BUILD_TESTS=ON \
     -DQKV_BUILD_EXAMPLES=ON >/dev/null
   cmake --build "$build-sanitize" -j "$jobs" --target qkv_tests worked_example causal_views tour multi_head
   # qemu runs and compile-fail checks do not depend on the build flags; the release run covers them.
-  ctest --test-dir "$build-sanitize" -j "$jobs" --output-on-failure -LE "qemu|compile_fail" \
+  ctest --test-dir "$build-sanitize" -j "$jobs" --output-on-failure -LE "qemu|compile_fail|long" \
     -E headers_compile_alone
   if [ "$(uname -m)" = x86_64 ]; then
     echo "== AArch64 (NEON) cross build, run under qemu-aarch64"
     cmake -S . -B "$build-aarch64" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
       -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
     cmake --build "$build-aarch64" -j "$jobs" --target qkv_tests worked_example causal_views tour multi_head
-    ctest --test-dir "$build-aarch64" -j "$jobs" --output-on-failure -LE compile_fail -E headers_compile_alone
+    ctest --test-dir "$build-aarch64" -j "$jobs" --output-on-failure -LE "compile_fail|long" -E headers_compile_alone
   fi
 fi
