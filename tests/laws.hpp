@@ -157,8 +157,18 @@ void check_laws(const law<Make, Reference>& c, const Operands&... operands) {
   const auto got_naive = eval_over_threads(e, qkv::naive);
   const auto got_best = qkv::eval(e);
   if constexpr (static_cost_known<E>) {
+    // The counts are the same; the bytes too where the kernels that run
+    // block as the widest set of the build does (a constant expression
+    // cannot know which runs: AVX2 takes 66-row blocks to AVX-512's 64, and
+    // narrower vectors pad less).
     constexpr qkv::cost_estimate known = qkv::static_cost<E>();
-    CHECK(known == qkv::cost(e));
+    const qkv::cost_estimate now = qkv::cost(e);
+    CHECK(known.flops == now.flops);
+    CHECK(known.exps == now.exps);
+    CHECK(known.naive_bytes == now.naive_bytes);
+    using V = qkv::value_type_t<E>;
+    constexpr auto widest = qkv::kernels::blocking_of<qkv::kernels::widest_built_arch_t, V>();
+    if (qkv::kernels::active_blocking(sizeof(V)) == widest) CHECK(known.fused_bytes == now.fused_bytes);
   }
 
   if constexpr (fusable) {

@@ -23,6 +23,7 @@ struct blocking {
   std::size_t decode_split;   // keys in one part of a decode (a multiple of sum_chunk and of 8)
 
   constexpr std::size_t tile_cols() const { return 2 * lanes; }  // NR
+  friend constexpr bool operator==(const blocking&, const blocking&) = default;
 
   // The keys of a block for heads of dk and dv: the most (up to
   // max_key_block, a multiple of NR) whose packed K and V panels fit the L2
