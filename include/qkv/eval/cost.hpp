@@ -24,9 +24,10 @@
 #include "../kernels/arch_list.hpp"
 #include "../kernels/blocking.hpp"
 
-#include <type_traits>
-
 #include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 namespace qkv {
 
@@ -44,33 +45,6 @@ struct cost_estimate {
 };
 
 namespace detail {
-
-// A node's extents: the static ones where it has them, else read from the
-// node (which is then never null).
-template <class E>
-constexpr std::size_t rows_of(const E* e) {
-  if constexpr (is_static(E::static_rows)) return E::static_rows;
-  else return e->rows();
-}
-template <class E>
-constexpr std::size_t cols_of(const E* e) {
-  if constexpr (is_static(E::static_cols)) return E::static_cols;
-  else return e->cols();
-}
-
-// Operands of a node, or null for a type-only walk.
-template <class E>
-constexpr auto arg_of(const E* e) {
-  return e == nullptr ? nullptr : &e->arg();
-}
-template <class E>
-constexpr auto lhs_of(const E* e) {
-  return e == nullptr ? nullptr : &e->lhs();
-}
-template <class E>
-constexpr auto rhs_of(const E* e) {
-  return e == nullptr ? nullptr : &e->rhs();
-}
 
 // What the evaluators read in place: storage, and transposes of it.
 template <class E>
@@ -120,34 +94,52 @@ struct causal_in_chain<elementwise_expr<A, B, Op>>
 template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised);
 
-// What a similarity's term reads for Q and for K: its queries(Q) and keys(K)
-// expressions when it has them. Built only when e is not null.
+// The operands a node's evaluator reads (expr/node.hpp).
 template <class E>
-constexpr cost_estimate similarity_operands_cost(const E* e) {
-  using F = bare_t<decltype(e->function())>;
-  using QL = bare_t<decltype(e->lhs())>;
-  using KL = bare_t<decltype(e->rhs())>;
-  using QI = bare_t<decltype(similarity_queries(std::declval<const F&>(), std::declval<const QL&>()))>;
-  using KI = bare_t<decltype(similarity_keys(std::declval<const F&>(), std::declval<const KL&>()))>;
-  if (e == nullptr) {
-    cost_estimate c = cost_of(static_cast<const QI*>(nullptr), true);
-    c += cost_of(static_cast<const KI*>(nullptr), true);
-    return c;
+struct evaluated_operands_of {
+  using type = decltype(std::declval<const E&>().operands());
+};
+template <class E>
+  requires requires(const E& e) { e.evaluated_operands(); }
+struct evaluated_operands_of<E> {
+  using type = decltype(std::declval<const E&>().evaluated_operands());
+};
+template <class E>
+using evaluated_operands_t = typename evaluated_operands_of<E>::type;
+
+// The cost of each operand a node's evaluator reads, in or out of a buffer
+// of its own as the node says.
+template <class E>
+constexpr cost_estimate operands_cost(const E* e) {
+  using ops = evaluated_operands_t<E>;
+  constexpr std::size_t count = std::tuple_size_v<ops>;
+  static_assert(E::operand_buffers.size() == count, "qkv: a node's operand_buffers has one entry per operand");
+  const auto each = [&](const auto& tuple) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      cost_estimate c;
+      if (e == nullptr) {
+        ((c += cost_of(static_cast<const bare_t<std::tuple_element_t<I, ops>>*>(nullptr), E::operand_buffers[I])), ...);
+      } else {
+        ((c += cost_of(&std::get<I>(*tuple), E::operand_buffers[I])), ...);
+      }
+      return c;
+    }(std::make_index_sequence<count>{});
+  };
+  if (e == nullptr) return each(static_cast<const ops*>(nullptr));
+  if constexpr (requires { e->evaluated_operands(); }) {
+    const auto tuple = e->evaluated_operands();
+    return each(&tuple);
+  } else {
+    const auto tuple = e->operands();
+    return each(&tuple);
   }
-  const auto& qi = similarity_queries(e->function(), e->lhs());
-  const auto& ki = similarity_keys(e->function(), e->rhs());
-  cost_estimate c = cost_of(&qi, true);
-  c += cost_of(&ki, true);
-  return c;
 }
 
 template <class E>
 constexpr std::size_t similarity_width(const E* e) {
-  using F = bare_t<decltype(e->function())>;
-  using QL = bare_t<decltype(e->lhs())>;
-  using QI = bare_t<decltype(similarity_queries(std::declval<const F&>(), std::declval<const QL&>()))>;
+  using QI = bare_t<std::tuple_element_t<0, evaluated_operands_t<E>>>;
   if constexpr (is_static(QI::static_cols)) return QI::static_cols;
-  else return similarity_queries(e->function(), e->lhs()).cols();
+  else return cols_of(&std::get<0>(e->evaluated_operands()));
 }
 
 // What a fused evaluation spends on a score chain's operands (Q, K and a
@@ -160,7 +152,7 @@ constexpr cost_estimate chain_operands_cost(const S* s) {
     c += cost_of(arg_of(rhs_of(s)), true);
     return c;
   } else if constexpr (is_similarity_v<S>) {
-    return similarity_operands_cost(s);
+    return operands_cost(s);
   } else if constexpr (is_neg_sq_l2_v<S>) {
     cost_estimate c = cost_of(lhs_of(s), true);
     c += cost_of(rhs_of(s), true);
@@ -196,62 +188,41 @@ constexpr std::size_t chain_dk(const S* s) {
   }
 }
 
+// What a fused evaluation of softmax(S) * V costs, from what it costs node
+// by node: no score matrix, only the kernel's buffers and whatever Q, K, V
+// and a bias need; every per-pair term for the pairs the kernel computes.
+template <class E>
+constexpr cost_estimate fused_attention_cost(const E* e, cost_estimate node_by_node) {
+  using T = value_type_t<E>;
+  using S = bare_t<decltype(lhs_of(e)->arg())>;
+  const S* s = arg_of(lhs_of(e));
+  cost_estimate c = node_by_node;
+  const std::size_t n = rows_of(e), m = cols_of(e), mk = cols_of(s), all = n * mk;
+  const std::size_t pairs = causal_in_chain<S>::value ? causal_pairs(n, mk) : all;
+  const cost_estimate ops = chain_operands_cost(s), v = cost_of(rhs_of(e), true);
+  c.fused_bytes = ops.fused_bytes + v.fused_bytes + fused_workspace<T>(n, mk, chain_dk(s), m);
+  if (all != 0 && pairs != all) {
+    c.flops = ops.flops + v.flops + (c.flops - ops.flops - v.flops) / all * pairs;
+    c.exps = ops.exps + v.exps + (c.exps - ops.exps - v.exps) / all * pairs;
+  }
+  return c;
+}
+
 // The cost of e. `materialised`: e's value gets a buffer of its own (it is
 // an operand of a product, say), rather than being written in place into its
-// parent's buffer or into the output.
+// parent's buffer or into the output. Storage costs nothing; a node, what
+// it says it adds (expr/node.hpp) and what its operands cost.
 template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised) {
-  using T = value_type_t<E>;
   cost_estimate c;
   if constexpr (!viewable<E> || is_transpose_v<E>) {
-    const std::size_t n = rows_of(e), m = cols_of(e);
-    if (materialised && !viewable<E>) c.naive_bytes = c.fused_bytes = n * m * sizeof(T);
-    if constexpr (is_transpose_v<E>) {
-      c += cost_of(arg_of(e), true);
-    } else if constexpr (is_product_v<E>) {
-      const cost_estimate a = cost_of(lhs_of(e), true), b = cost_of(rhs_of(e), true);
-      c.flops += 2 * n * cols_of(lhs_of(e)) * m + a.flops + b.flops;
-      c.exps += a.exps + b.exps;
-      c.naive_bytes += a.naive_bytes + b.naive_bytes;
-      if constexpr (fused_form<E>::value) {
-        // softmax(S) * V in one loop nest: no score matrix, only the
-        // kernel's buffers and whatever Q, K, V and a bias need; every
-        // per-pair term for the pairs the kernel computes.
-        using S = bare_t<decltype(lhs_of(e)->arg())>;
-        const S* s = arg_of(lhs_of(e));
-        const std::size_t mk = cols_of(s), all = n * mk;
-        const std::size_t pairs = causal_in_chain<S>::value ? causal_pairs(n, mk) : all;
-        const cost_estimate ops = chain_operands_cost(s);
-        c.fused_bytes += ops.fused_bytes + b.fused_bytes + fused_workspace<T>(n, mk, chain_dk(s), m);
-        if (all != 0 && pairs != all) {
-          c.flops = ops.flops + b.flops + (c.flops - ops.flops - b.flops) / all * pairs;
-          c.exps = ops.exps + b.exps + (c.exps - ops.exps - b.exps) / all * pairs;
-        }
-      } else {
-        c.fused_bytes += a.fused_bytes + b.fused_bytes;
-      }
-    } else if constexpr (is_elementwise_v<E>) {
-      c.flops += n * m;
-      c += cost_of(lhs_of(e), false);
-      c += cost_of(rhs_of(e), true);
-    } else if constexpr (is_similarity_v<E>) {
-      // A term counts as a multiply and an add, whatever the user wrote.
-      c.flops += 2 * n * m * similarity_width(e);
-      c += similarity_operands_cost(e);
-    } else if constexpr (is_neg_sq_l2_v<E>) {
-      const std::size_t d = cols_of(lhs_of(e));
-      c.flops += 2 * n * m * d + 2 * (n + m) * d + 3 * n * m;
-      c += cost_of(lhs_of(e), true);
-      c += cost_of(rhs_of(e), true);
-      c.naive_bytes += (n + m) * sizeof(T);  // the norms
-    } else {
-      // scaled, softmax, causal, masked, score_mod, normalize_rows: in place
-      // on their operand's values.
-      if constexpr (is_softmax_v<E>) c.flops += 4 * n * m, c.exps += n * m;
-      if constexpr (is_scaled_v<E> || is_score_mod_v<E>) c.flops += n * m;
-      if constexpr (is_row_normalized_v<E>) c.flops += 3 * n * m;
-      c += cost_of(arg_of(e), false);
-    }
+    const std::size_t own = materialised && !viewable<E> ? rows_of(e) * cols_of(e) * sizeof(value_type_t<E>) : 0;
+    const node_work w = E::work(e);
+    c.flops = w.flops, c.exps = w.exps;
+    c.naive_bytes = c.fused_bytes = w.scratch_bytes;
+    c += operands_cost(e);
+    if constexpr (fused_form<E>::value) c = fused_attention_cost(e, c);
+    c.naive_bytes += own, c.fused_bytes += own;
   }
   return c;
 }

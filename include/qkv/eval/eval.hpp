@@ -57,17 +57,17 @@ void for_each_functor_leaf(const Fn& fn, F& f) {
   }
 }
 
-// Calls f(leaf) for every storage leaf e reads: its operands', a
-// similarity's queries(Q) and keys(K), and what its functors name.
+// Calls f(leaf) for every storage leaf e reads: its operands', what its
+// evaluator reads besides (a similarity's queries(Q) and keys(K)), and what
+// its functors name.
 template <class E, class F>
 void for_each_leaf(const E& e, F& f) {
   if constexpr (leaf<E> || tensor_leaf<E>) {
     f(e);
   } else {
     std::apply([&f](const auto&... child) { (for_each_leaf(child, f), ...); }, e.operands());
-    if constexpr (is_similarity_v<E>) {
-      for_each_leaf(similarity_queries(e.function(), e.lhs()), f);
-      for_each_leaf(similarity_keys(e.function(), e.rhs()), f);
+    if constexpr (requires { e.evaluated_operands(); }) {
+      std::apply([&f](const auto&... x) { (for_each_leaf(x, f), ...); }, e.evaluated_operands());
     }
     if constexpr (requires { e.function(); }) for_each_functor_leaf(e.function(), f);
     if constexpr (requires { e.predicate(); }) for_each_functor_leaf(e.predicate(), f);

@@ -4,6 +4,7 @@
 #include "../shape/check.hpp"
 #include "node.hpp"
 
+#include <array>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -39,6 +40,14 @@ class elementwise_expr
 
   std::size_t rows() const { return this->lhs().rows(); }
   std::size_t cols() const { return this->lhs().cols(); }
+
+  template <class L, class R>
+  auto rebuild(L&& a, R&& b) const {
+    return elementwise_expr<detail::closure_t<L&&>, detail::closure_t<R&&>, Op>(std::forward<L>(a), std::forward<R>(b));
+  }
+  // A in place, B in a buffer; one operation per element.
+  static constexpr std::array<bool, 2> operand_buffers{false, true};
+  static constexpr detail::node_work work(const elementwise_expr* e) { return {detail::rows_of(e) * detail::cols_of(e)}; }
 };
 
 template <class E>

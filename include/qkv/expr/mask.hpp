@@ -4,6 +4,7 @@
 #include "../shape/check.hpp"
 #include "node.hpp"
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <tuple>
@@ -20,6 +21,11 @@ class causal_expr : public detail::same_shape_unary<S> {
 
  public:
   using detail::same_shape_unary<S>::same_shape_unary;
+
+  template <class Y>
+  auto rebuild(Y&& y) const {
+    return causal_expr<detail::closure_t<Y&&>>(std::forward<Y>(y));
+  }
 };
 
 // Masks S(i, j) where M(i, j) is false.
@@ -49,6 +55,13 @@ class masked_expr
   std::size_t cols() const { return arg().cols(); }
   const s_t& arg() const { return this->lhs(); }
   const m_t& mask() const { return this->rhs(); }
+
+  template <class Y, class N>
+  auto rebuild(Y&& y, N&& mask) const {
+    return masked_expr<detail::closure_t<Y&&>, detail::closure_t<N&&>>(std::forward<Y>(y), std::forward<N>(mask));
+  }
+  // S in place; M is storage.
+  static constexpr std::array<bool, 2> operand_buffers{false, false};
 };
 
 // Masks S(i, j) where pred(i, j) is false (pred on std::size_t positions):
@@ -66,6 +79,11 @@ class predicate_masked_expr : public detail::same_shape_unary<S> {
   predicate_masked_expr(A&& s, P pred) : detail::same_shape_unary<S>(std::forward<A>(s)), pred_(std::move(pred)) {}
 
   const P& predicate() const { return pred_; }
+
+  template <class Y>
+  auto rebuild(Y&& y) const {
+    return predicate_masked_expr<detail::closure_t<Y&&>, P>(std::forward<Y>(y), pred_);
+  }
 
  private:
   [[no_unique_address]] P pred_;

@@ -1,15 +1,64 @@
 // The traits every expression node shares. Nodes only describe a
 // computation; the strategies in eval/ carry it out.
+//
+// A node is its expr/ file plus its evaluator (eval/naive.hpp). What the
+// generic walks of eval/ (slicing, cost, aliasing, explain) need of it, it
+// says itself:
+//   operands()          its operands, a tuple of const references;
+//   rebuild(x...)       the same node over other operands (slicing a batch);
+//   operand_buffers     for each operand that is not storage, whether its
+//                       evaluator gives it a buffer of its own (true) or
+//                       writes it in place into the node's result (false);
+//   work(e)             the arithmetic it adds to its operands' (qkv::cost);
+//                       e is null in a walk over types alone;
+//   evaluated_operands() (optional) what its evaluator reads, when that is
+//                       not operands(): a similarity reads f's queries(Q).
+// same_shape_unary and binary below give the usual defaults.
 #pragma once
 
 #include "../shape/batch.hpp"
 #include "expression.hpp"
 
+#include <array>
 #include <cstddef>
 #include <tuple>
 #include <utility>
 
 namespace qkv::detail {
+
+// What a node computes beyond its operands (qkv::cost's conventions).
+struct node_work {
+  std::size_t flops = 0;
+  std::size_t exps = 0;
+  std::size_t scratch_bytes = 0;  // what its naive evaluator keeps beside its result
+};
+
+// A node's extents: the static ones where it has them, else read from the
+// node (which is then never null).
+template <class E>
+constexpr std::size_t rows_of(const E* e) {
+  if constexpr (is_static(E::static_rows)) return E::static_rows;
+  else return e->rows();
+}
+template <class E>
+constexpr std::size_t cols_of(const E* e) {
+  if constexpr (is_static(E::static_cols)) return E::static_cols;
+  else return e->cols();
+}
+
+// Operands of a node, or null in a walk over types alone.
+template <class E>
+constexpr auto arg_of(const E* e) {
+  return e == nullptr ? nullptr : &e->arg();
+}
+template <class E>
+constexpr auto lhs_of(const E* e) {
+  return e == nullptr ? nullptr : &e->lhs();
+}
+template <class E>
+constexpr auto rhs_of(const E* e) {
+  return e == nullptr ? nullptr : &e->rhs();
+}
 
 // Rank 2 for matrices; 3 or 4 when an operand is a tensor, whose leading
 // extents (Batch, see shape/batch.hpp) the node then has too.
@@ -41,6 +90,10 @@ class same_shape_unary : public unary_node<X, bare_t<X>::static_rows, bare_t<X>:
   const bare_t<X>& arg() const { return arg_; }
   auto operands() const { return std::tie(arg_); }
 
+  // Evaluated in place, at no cost of its own unless the node says so.
+  static constexpr std::array<bool, 1> operand_buffers{false};
+  static constexpr node_work work(const void*) { return {}; }
+
  private:
   X arg_;
 };
@@ -65,6 +118,10 @@ class binary : public node<value_type_t<A>, R, C, max_rank<A, B>(),
   const bare_t<B>& rhs() const { return b_; }
   auto operands() const { return std::tie(a_, b_); }
   batch_extents batch() const { return combine_batch(batch_of(a_), batch_of(b_), Grouped); }
+
+  // Each operand in a buffer of its own, at no cost of its own unless the node says so.
+  static constexpr std::array<bool, 2> operand_buffers{true, true};
+  static constexpr node_work work(const void*) { return {}; }
 
  protected:
   // The run-time half of the batch check, for the derived node's constructor.

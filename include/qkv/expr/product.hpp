@@ -33,6 +33,15 @@ class product_expr
 
   std::size_t rows() const { return this->lhs().rows(); }
   std::size_t cols() const { return this->rhs().cols(); }
+
+  template <class L, class R>
+  auto rebuild(L&& a, R&& b) const {
+    return product_expr<detail::closure_t<L&&>, detail::closure_t<R&&>>(std::forward<L>(a), std::forward<R>(b));
+  }
+  // n×k by k×m: 2·n·k·m.
+  static constexpr detail::node_work work(const product_expr* e) {
+    return {2 * detail::rows_of(e) * detail::cols_of(detail::lhs_of(e)) * detail::cols_of(e)};
+  }
 };
 
 template <class E>

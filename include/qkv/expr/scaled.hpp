@@ -22,6 +22,12 @@ class scaled_expr : public detail::same_shape_unary<X> {
 
   const S& factor() const { return s_; }
 
+  template <class Y>
+  auto rebuild(Y&& y) const {
+    return scaled_expr<detail::closure_t<Y&&>, S, Op>(std::forward<Y>(y), s_);
+  }
+  static constexpr detail::node_work work(const scaled_expr* e) { return {detail::rows_of(e) * detail::cols_of(e)}; }
+
  private:
   [[no_unique_address]] S s_;
 };

@@ -46,6 +46,13 @@ class score_mod_expr : public detail::same_shape_unary<S> {
 
   const F& function() const { return f_; }
 
+  template <class Y>
+  auto rebuild(Y&& y) const {
+    return score_mod_expr<detail::closure_t<Y&&>, F>(std::forward<Y>(y), f_);
+  }
+  // f counts as one operation per score, whatever the user wrote.
+  static constexpr detail::node_work work(const score_mod_expr* e) { return {detail::rows_of(e) * detail::cols_of(e)}; }
+
  private:
   [[no_unique_address]] F f_;
 };

@@ -7,6 +7,7 @@
 #include "../similarity/concept.hpp"
 #include "node.hpp"
 
+#include <cstddef>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -47,6 +48,23 @@ class similarity_expr
   std::size_t cols() const { return this->rhs().rows(); }
   const F& function() const { return f_; }
 
+  template <class A, class B>
+  auto rebuild(A&& q, B&& k) const {
+    return similarity_expr<detail::closure_t<A&&>, detail::closure_t<B&&>, F>(std::forward<A>(q), std::forward<B>(k), f_);
+  }
+  // What the evaluator reads: f's queries(Q) and keys(K), each in a buffer.
+  auto evaluated_operands() const {
+    using qs = decltype(detail::similarity_queries(f_, this->lhs()));
+    using ks = decltype(detail::similarity_keys(f_, this->rhs()));
+    return std::tuple<qs, ks>(detail::similarity_queries(f_, this->lhs()), detail::similarity_keys(f_, this->rhs()));
+  }
+  // A term counts as a multiply and an add, whatever the user wrote.
+  static constexpr detail::node_work work(const similarity_expr* e) {
+    std::size_t width = q_in::static_cols;
+    if constexpr (!is_static(q_in::static_cols)) width = detail::similarity_queries(e->function(), e->lhs()).cols();
+    return {2 * detail::rows_of(e) * detail::cols_of(e) * width};
+  }
+
  private:
   [[no_unique_address]] F f_;
 };
@@ -59,6 +77,15 @@ class row_normalized_expr : public detail::same_shape_unary<X> {
 
  public:
   using detail::same_shape_unary<X>::same_shape_unary;
+
+  template <class Y>
+  auto rebuild(Y&& y) const {
+    return row_normalized_expr<detail::closure_t<Y&&>>(std::forward<Y>(y));
+  }
+  // A sum of squares, a square root and a division per element.
+  static constexpr detail::node_work work(const row_normalized_expr* e) {
+    return {3 * detail::rows_of(e) * detail::cols_of(e)};
+  }
 };
 
 // −‖q_i − k_j‖², evaluated as 2 q·k − ‖q‖² − ‖k‖² with the norms computed once.
@@ -88,6 +115,16 @@ class neg_sq_l2_expr
 
   std::size_t rows() const { return this->lhs().rows(); }
   std::size_t cols() const { return this->rhs().rows(); }
+
+  template <class A, class B>
+  auto rebuild(A&& q, B&& k) const {
+    return neg_sq_l2_expr<detail::closure_t<A&&>, detail::closure_t<B&&>>(std::forward<A>(q), std::forward<B>(k));
+  }
+  // 2 q·k − ‖q‖² − ‖k‖²: the products, the norms (kept beside the result), three operations per score.
+  static constexpr detail::node_work work(const neg_sq_l2_expr* e) {
+    const std::size_t n = detail::rows_of(e), m = detail::cols_of(e), d = detail::cols_of(detail::lhs_of(e));
+    return {2 * n * m * d + 2 * (n + m) * d + 3 * n * m, 0, (n + m) * sizeof(value_type_t<Q>)};
+  }
 };
 
 template <class E>

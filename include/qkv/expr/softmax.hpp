@@ -3,6 +3,7 @@
 
 #include "node.hpp"
 
+#include <cstddef>
 #include <utility>
 
 namespace qkv {
@@ -13,6 +14,16 @@ class softmax_expr : public detail::same_shape_unary<X> {
 
  public:
   using detail::same_shape_unary<X>::same_shape_unary;
+
+  template <class Y>
+  auto rebuild(Y&& y) const {
+    return softmax_expr<detail::closure_t<Y&&>>(std::forward<Y>(y));
+  }
+  // Per element: maximum, subtraction, sum, division, and one exponential.
+  static constexpr detail::node_work work(const softmax_expr* e) {
+    const std::size_t nm = detail::rows_of(e) * detail::cols_of(e);
+    return {4 * nm, nm};
+  }
 };
 
 template <class E>

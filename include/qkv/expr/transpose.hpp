@@ -3,6 +3,7 @@
 
 #include "node.hpp"
 
+#include <array>
 #include <tuple>
 #include <utility>
 
@@ -20,6 +21,14 @@ class transpose_expr
   batch_extents batch() const { return detail::batch_of(arg_); }
   const detail::bare_t<X>& arg() const { return arg_; }
   auto operands() const { return std::tie(arg_); }
+
+  template <class Y>
+  auto rebuild(Y&& y) const {
+    return transpose_expr<detail::closure_t<Y&&>>(std::forward<Y>(y));
+  }
+  // Storage is read transposed in place; anything else is evaluated first.
+  static constexpr std::array<bool, 1> operand_buffers{true};
+  static constexpr detail::node_work work(const void*) { return {}; }
 
  private:
   X arg_;
