@@ -540,24 +540,44 @@ scores reference_scores(kind k, const inputs<T>& in) {
   return {};
 }
 
-// Calls body(make) with make() building similarity(Q, K, f) for the kind.
-template <class T, class Body>
+// The built-in similarities; the others are written as a user would.
+inline bool builtin(kind k) {
+  return k == kind::dot || k == kind::bilinear || k == kind::additive_row || k == kind::additive_col ||
+         k == kind::cosine || k == kind::neg_sq_l2;
+}
+
+// Calls body(make) with make() building similarity(Q, K, f) for the kind,
+// one of the built-in kinds or one of the user's (Builtin).
+template <bool Builtin, class T, class Body>
 void with_similarity(kind k, const inputs<T>& in, Body&& body) {
-  switch (k) {
-    case kind::dot: return body([&] { return similarity(in.Q, in.K, qkv::dot); });
-    case kind::user_dot: return body([&] { return similarity(in.Q, in.K, [](auto q, auto kk) { return q * kk; }); });
-    case kind::bilinear: return body([&] { return similarity(in.Q, in.K, bilinear(in.W)); });
-    case kind::projected: return body([&] { return similarity(in.Q, in.K, projected_dot_t<dmat<T>>{&in.W}); });
-    case kind::additive_row: return body([&] { return similarity(in.Q, in.K, additive(in.Wq, in.Wk, in.wrow)); });
-    case kind::additive_col: return body([&] { return similarity(in.Q, in.K, additive(in.Wq, in.Wk, in.wcol)); });
-    case kind::cosine: return body([&] { return similarity(in.Q, in.K, cosine); });
-    case kind::unit_dot: return body([&] { return similarity(in.Q, in.K, unit_dot_t{}); });
-    case kind::unit_dot_by_value: return body([&] { return similarity(in.Q, in.K, unit_dot_by_value_t{}); });
-    case kind::neg_sq_l2: return body([&] { return similarity(in.Q, in.K, neg_sq_l2); });
-    case kind::neg_l1: return body([&] { return similarity(in.Q, in.K, neg_l1_t{}); });
-    case kind::weighted: return body([&] { return similarity(in.Q, in.K, weighted_dot_t<T>{in.weights.data()}); });
-    case kind::two_sided: return body([&] { return similarity(in.Q, in.K, two_sided_t<dmat<T>>{&in.Wq, &in.Wk}); });
+  if constexpr (Builtin) {
+    switch (k) {
+      case kind::dot: return body([&] { return similarity(in.Q, in.K, qkv::dot); });
+      case kind::bilinear: return body([&] { return similarity(in.Q, in.K, bilinear(in.W)); });
+      case kind::additive_row: return body([&] { return similarity(in.Q, in.K, additive(in.Wq, in.Wk, in.wrow)); });
+      case kind::additive_col: return body([&] { return similarity(in.Q, in.K, additive(in.Wq, in.Wk, in.wcol)); });
+      case kind::cosine: return body([&] { return similarity(in.Q, in.K, cosine); });
+      case kind::neg_sq_l2: return body([&] { return similarity(in.Q, in.K, neg_sq_l2); });
+      default: FAIL("not a built-in similarity: " << name(k));
+    }
+  } else {
+    switch (k) {
+      case kind::user_dot: return body([&] { return similarity(in.Q, in.K, [](auto q, auto kk) { return q * kk; }); });
+      case kind::projected: return body([&] { return similarity(in.Q, in.K, projected_dot_t<dmat<T>>{&in.W}); });
+      case kind::unit_dot: return body([&] { return similarity(in.Q, in.K, unit_dot_t{}); });
+      case kind::unit_dot_by_value: return body([&] { return similarity(in.Q, in.K, unit_dot_by_value_t{}); });
+      case kind::neg_l1: return body([&] { return similarity(in.Q, in.K, neg_l1_t{}); });
+      case kind::weighted: return body([&] { return similarity(in.Q, in.K, weighted_dot_t<T>{in.weights.data()}); });
+      case kind::two_sided: return body([&] { return similarity(in.Q, in.K, two_sided_t<dmat<T>>{&in.Wq, &in.Wk}); });
+      default: FAIL("a built-in similarity: " << name(k));
+    }
   }
+}
+
+template <class T, class Body>
+void with_any_similarity(kind k, const inputs<T>& in, Body&& body) {
+  if (builtin(k)) with_similarity<true>(k, in, body);
+  else with_similarity<false>(k, in, body);
 }
 
 enum class variant { scaled, unscaled, causal, mask, bias, bias_causal, window };
@@ -628,11 +648,21 @@ scores reference_variant(const inputs<T>& in, const scores& raw, variant var, T 
 }
 
 // Every variant of softmax(similarity(Q, K, f) ...) * V, naive and fused,
-// against the reference of the same formula.
-template <class T>
-void check_similarity(kind k, std::size_t n, std::size_t m, std::size_t d, std::size_t dv,
-                      std::initializer_list<variant> vars, std::uint32_t seed, double range = 1,
-                      bool compare_to_naive = true) {
+// against the reference of the same formula: check_similarity below.
+// What check_similarity checks.
+struct similarity_case {
+  kind k;
+  std::size_t n, m, d, dv;
+  std::initializer_list<variant> vars;
+  std::uint32_t seed;
+  double range;
+  bool compare_to_naive;
+};
+
+template <class T, bool Builtin>
+void check_similarity_of(const similarity_case& c) {
+  const auto [k, n, m, d, dv, vars, seed, range, compare_to_naive] = c;
+  if (test::emulation_skips(n, m, d, dv)) return;
   const std::size_t dk = asymmetric(k) ? d + 3 : d;
   inputs<T> in(n, m, d, dk, dv, seed, range);
   if (k == kind::cosine || k == kind::unit_dot || k == kind::unit_dot_by_value) {
@@ -646,7 +676,7 @@ void check_similarity(kind k, std::size_t n, std::size_t m, std::size_t d, std::
   const T root = (k == kind::cosine || k == kind::unit_dot || k == kind::unit_dot_by_value) ? T(0.125) : qkv::sqrt(T(d));
   const scores raw = reference_scores<T>(k, in);
   const ref::mat v = ref::from(in.V);
-  with_similarity(k, in, [&](const auto& make) {
+  with_similarity<Builtin>(k, in, [&](const auto& make) {
     if (k == kind::cosine || k == kind::unit_dot || k == kind::unit_dot_by_value) {
       const auto S = eval(make());
       for (std::size_t j = 0; j < m; ++j) CHECK(S(0, j) == T(0));
@@ -668,6 +698,23 @@ void check_similarity(kind k, std::size_t n, std::size_t m, std::size_t d, std::
       }
     }
   });
+}
+
+// Each kind and variant is a fused kernel of its own: too many to compile
+// in every test file that checks a similarity, so they are compiled once,
+// in four files that build in parallel (similarity_check_*.cpp).
+extern template void check_similarity_of<float, true>(const similarity_case&);
+extern template void check_similarity_of<float, false>(const similarity_case&);
+extern template void check_similarity_of<double, true>(const similarity_case&);
+extern template void check_similarity_of<double, false>(const similarity_case&);
+
+template <class T>
+void check_similarity(kind k, std::size_t n, std::size_t m, std::size_t d, std::size_t dv,
+                      std::initializer_list<variant> vars, std::uint32_t seed, double range = 1,
+                      bool compare_to_naive = true) {
+  const similarity_case c{k, n, m, d, dv, vars, seed, range, compare_to_naive};
+  if (builtin(k)) check_similarity_of<T, true>(c);
+  else check_similarity_of<T, false>(c);
 }
 
 inline constexpr std::initializer_list<variant> all_variants = {variant::scaled, variant::unscaled,    variant::causal,

@@ -49,4 +49,13 @@ inline bool emulated() {
   return s != nullptr && *s != '\0' && *s != '0';
 }
 
+// Whether an emulated run leaves out an attention of n queries, m keys and
+// heads dk, dv: the long-double reference is a software quad on AArch64, and
+// under emulation one of more than 2²¹ multiply-adds of it per output column
+// costs tens of seconds. The smaller shapes take every tail of the vector
+// width, the register tile and the query and key blocks there too.
+inline bool emulation_skips(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
+  return emulated() && n * m * (dk + dv) > (std::size_t(1) << 21);
+}
+
 }  // namespace test

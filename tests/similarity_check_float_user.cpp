@@ -1,0 +1,6 @@
+// check_similarity on float, the user's similarities (extension_support.hpp says why here).
+#include "extension_support.hpp"
+
+namespace test::ext {
+template void check_similarity_of<float, false>(const similarity_case&);
+}  // namespace test::ext
