@@ -14,12 +14,13 @@ import os
 import re
 import sys
 
-IMPLS = ["qkv_fused", "qkv_fused_2threads", "qkv_kernel", "qkv_naive", "openblas", "eigen"]
+IMPLS = ["qkv_fused", "qkv_fused_2threads", "qkv_kernel", "qkv_naive", "onednn", "openblas", "eigen"]
 LABELS = {
     "qkv_fused": "qkv fused",
     "qkv_fused_2threads": "qkv fused, 2 threads",
     "qkv_kernel": "qkv kernel, called directly",
     "qkv_naive": "qkv naive",
+    "onednn": "oneDNN (matmul, softmax, matmul)",
     "openblas": "OpenBLAS sgemm + softmax",
     "eigen": "Eigen 3.4",
 }
@@ -30,8 +31,12 @@ def load(path):
     with open(path) as f:
         data = json.load(f)
     rows = {}
+    probe = None
     for b in data["benchmarks"]:
         if b.get("run_type") == "aggregate" and b.get("aggregate_name") != "median":
+            continue
+        if b["name"].startswith("fma_probe"):
+            probe = {"gflops": b["GFLOP/s"] / 1e9, "label": b.get("label", "")}
             continue
         m = NAME.match(b["name"])
         if not m:
@@ -42,20 +47,32 @@ def load(path):
             "gflops": b["GFLOP/s"] / 1e9,
             "label": b.get("label", ""),
         }
-    return data.get("context", {}), rows
+    return data.get("context", {}), rows, probe
 
 
-def table(rows):
+def table(rows, probe):
     configs = sorted({k[1:] for k in rows}, key=lambda c: (c[2], c[3], c[0] == 1, c[0], c[1]))
     impls = [i for i in IMPLS if any(k[0] == i for k in rows)]
-    out = ["| n | m | d | causal | " + " | ".join(LABELS[i] for i in impls) + " |",
-           "|---|---|---|---|" + "---|" * len(impls)]
+    # Same-run ratios: qkv fused against the FMA probe and against each peer
+    # (the peer's time over qkv's: above 1, qkv is faster).
+    peers = [i for i in ("onednn", "openblas") if i in impls]
+    extra = (["fused, % of probe"] if probe else []) + [f"{LABELS[p].split(' ')[0]} time / fused" for p in peers]
+    out = ["| n | m | d | causal | " + " | ".join([LABELS[i] for i in impls] + extra) + " |",
+           "|---|---|---|---|" + "---|" * (len(impls) + len(extra))]
     for n, m, d, causal in configs:
         cells = []
         for i in impls:
             r = rows.get((i, n, m, d, causal))
             cells.append(f"{r['ms']:.3g} ms, {r['gflops']:.0f}" if r else "")
+        fused = rows.get(("qkv_fused", n, m, d, causal))
+        if probe:
+            cells.append(f"{100 * fused['gflops'] / probe['gflops']:.0f}%" if fused else "")
+        for p in peers:
+            r = rows.get((p, n, m, d, causal))
+            cells.append(f"{r['ms'] / fused['ms']:.2f}×" if r and fused else "")
         out.append(f"| {n} | {m} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
+    if probe:
+        out.append(f"\nFMA probe ({probe['label']}): {probe['gflops']:.0f} GFLOP/s")
     return "\n".join(out)
 
 
@@ -91,9 +108,9 @@ def main():
     if len(sys.argv) < 2:
         print(__doc__)
         return 2
-    context, rows = load(sys.argv[1])
+    context, rows, probe = load(sys.argv[1])
     if "--table" in sys.argv:
-        print(table(rows))
+        print(table(rows, probe))
     else:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         plots(rows, os.path.join(root, "docs", "img"))
