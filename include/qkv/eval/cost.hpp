@@ -112,34 +112,21 @@ using evaluated_operands_t = typename evaluated_operands_of<E>::type;
 template <class E>
 constexpr cost_estimate operands_cost(const E* e) {
   using ops = evaluated_operands_t<E>;
-  constexpr std::size_t count = std::tuple_size_v<ops>;
-  static_assert(E::operand_buffers.size() == count, "qkv: a node's operand_buffers has one entry per operand");
-  const auto each = [&](const auto& tuple) {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      cost_estimate c;
-      if (e == nullptr) {
-        ((c += cost_of(static_cast<const bare_t<std::tuple_element_t<I, ops>>*>(nullptr), E::operand_buffers[I])), ...);
-      } else {
-        ((c += cost_of(&std::get<I>(*tuple), E::operand_buffers[I])), ...);
-      }
-      return c;
-    }(std::make_index_sequence<count>{});
-  };
-  if (e == nullptr) return each(static_cast<const ops*>(nullptr));
-  if constexpr (requires { e->evaluated_operands(); }) {
-    const auto tuple = e->evaluated_operands();
-    return each(&tuple);
-  } else {
-    const auto tuple = e->operands();
-    return each(&tuple);
-  }
-}
-
-template <class E>
-constexpr std::size_t similarity_width(const E* e) {
-  using QI = bare_t<std::tuple_element_t<0, evaluated_operands_t<E>>>;
-  if constexpr (is_static(QI::static_cols)) return QI::static_cols;
-  else return cols_of(&std::get<0>(e->evaluated_operands()));
+  static_assert(E::operand_buffers.size() == std::tuple_size_v<ops>,
+                "qkv: a node's operand_buffers has one entry per operand");
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    cost_estimate c;
+    if (e == nullptr) {
+      ((c += cost_of(static_cast<const bare_t<std::tuple_element_t<I, ops>>*>(nullptr), E::operand_buffers[I])), ...);
+    } else {
+      const ops tuple = [e] {
+        if constexpr (requires { e->evaluated_operands(); }) return e->evaluated_operands();
+        else return e->operands();
+      }();
+      ((c += cost_of(&std::get<I>(tuple), E::operand_buffers[I])), ...);
+    }
+    return c;
+  }(std::make_index_sequence<std::tuple_size_v<ops>>{});
 }
 
 // What a fused evaluation spends on a score chain's operands (Q, K and a
@@ -179,7 +166,7 @@ constexpr std::size_t chain_dk(const S* s) {
   if constexpr (is_product_v<S> || is_neg_sq_l2_v<S>) {
     return cols_of(lhs_of(s));
   } else if constexpr (is_similarity_v<S>) {
-    return similarity_width(s);
+    return S::width_of(s);
   } else if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) return chain_dk(lhs_of(s));
     else return chain_dk(rhs_of(s));

@@ -58,11 +58,15 @@ class similarity_expr
     using ks = decltype(detail::similarity_keys(f_, this->rhs()));
     return std::tuple<qs, ks>(detail::similarity_queries(f_, this->lhs()), detail::similarity_keys(f_, this->rhs()));
   }
+  // What each score sums over: the length of f's query (and key) rows; e
+  // null in a walk over types alone, where it is static.
+  static constexpr std::size_t width_of(const similarity_expr* e) {
+    if constexpr (is_static(q_in::static_cols)) return q_in::static_cols;
+    else return detail::similarity_queries(e->function(), e->lhs()).cols();
+  }
   // A term counts as a multiply and an add, whatever the user wrote.
   static constexpr detail::node_work work(const similarity_expr* e) {
-    std::size_t width = q_in::static_cols;
-    if constexpr (!is_static(q_in::static_cols)) width = detail::similarity_queries(e->function(), e->lhs()).cols();
-    return {2 * detail::rows_of(e) * detail::cols_of(e) * width};
+    return {2 * detail::rows_of(e) * detail::cols_of(e) * width_of(e)};
   }
 
  private:
