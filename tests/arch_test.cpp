@@ -37,8 +37,9 @@ float attend(Strategy strategy) {
 }
 
 // Whether x is that value: the scores 1 and 0 are exact, exp is within 1.5
-// ulp (xsimd), the two-term sums and the division add at most an ulp each,
-// so 8 ulps bound the error with room.
+// ulp (xsimd's; the fused kernel's 2^x within 1.5 with log2(e)'s rounding),
+// the two-term sums and the division add at most an ulp each, so 8 ulps
+// bound the error with room.
 bool attends_right(float x) {
   const long double e = std::exp(1.0L), expected = (e + 3) / (e + 1);
   return std::abs(x - expected) <= 8 * std::numeric_limits<float>::epsilon() * expected;

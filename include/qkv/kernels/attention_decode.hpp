@@ -79,7 +79,7 @@ struct attention_decode {
       for (std::size_t q = 0; q < count; ++q) {
         const T* at = parts + q * size;
         const T mq = at[2 * i];
-        const T w = mq == big ? T(1) : xsimd::exp(batch(mq - big)).get(0);
+        const T w = mq == big ? T(1) : softmax::exp(batch(mq - big)).get(0);
         l += w * at[2 * i + 1];
         const T* o = at + aligned(2 * n) + i * aligned(round_up(dv, W));
         for (std::size_t c = 0; c < dv; ++c) out[c] += w * o[c];

@@ -8,7 +8,11 @@
 // |m|·ε/2, which past 2³¹ in float exceeds the ±88 exp can take, and the
 // largest weight would overflow or vanish. Past |m| = 1/ε (rounding ≤ ½) the
 // scores are scaled first, as the node-by-node softmax scales them.
+//
+// Its exponential is softmax_exp.hpp's, one pass over a block's scores.
 #pragma once
+
+#include "softmax_exp.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -24,6 +28,7 @@ struct online_softmax {
   static constexpr std::size_t W = batch::size;
   static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   static constexpr T fold_limit = T(1) / std::numeric_limits<T>::epsilon();
+  static batch exp(batch x) { return softmax_exp(x); }
 
   static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
@@ -57,15 +62,15 @@ struct online_softmax {
     batch s0(T(0)), s1(T(0));
     std::size_t j = 0;
     for (; j + 2 * W <= padded; j += 2 * W) {
-      const batch e0 = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
-      const batch e1 = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j + W), vm));
+      const batch e0 = exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
+      const batch e1 = exp(xsimd::fma(va, batch::load_aligned(u + j + W), vm));
       e0.store_aligned(u + j);
       e1.store_aligned(u + j + W);
       s0 += e0;
       s1 += e1;
     }
     for (; j < padded; j += W) {
-      const batch e = xsimd::exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
+      const batch e = exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
       e.store_aligned(u + j);
       s0 += e;
     }
@@ -84,7 +89,7 @@ struct online_softmax {
     const T m_safe = m_new == neg_inf ? T(0) : m_new;
     const T sum = exponentiate(u, padded, a, m_safe);
     if (m_new != m) {
-      const T correction = xsimd::exp(batch(m - m_safe)).get(0);
+      const T correction = exp(batch(m - m_safe)).get(0);
       l *= correction;
       const batch vc(correction);
       for (std::size_t c = 0; c < dvp; c += W) (batch::load_aligned(o + c) * vc).store_aligned(o + c);

@@ -21,46 +21,43 @@ struct register_tile {
   static constexpr std::size_t MR = tile_rows_of<Arch>();  // (blocking.hpp says why)
   static constexpr std::size_t NR = 2 * W;
 
-  struct accumulators {
-    batch lo[MR], hi[MR];
-  };
-
-  template <std::size_t ACS>
-  static void compute(std::size_t kc, const T* const* a, const T* b, accumulators& acc) {
-    for (std::size_t r = 0; r < MR; ++r) acc.lo[r] = acc.hi[r] = batch(T(0));
-    for (std::size_t p = 0; p < kc; ++p) {
-      const batch b0 = batch::load_aligned(b), b1 = batch::load_aligned(b + W);
-      for (std::size_t r = 0; r < MR; ++r) {
-        const batch ar(a[r][p * ACS]);
-        acc.lo[r] = xsimd::fma(ar, b0, acc.lo[r]);
-        acc.hi[r] = xsimd::fma(ar, b1, acc.hi[r]);
-      }
-      b += NR;
-    }
-  }
-
-  // c (+)= A·B for the top-left mr×nr corner of the tile.
+  // c (+)= A·B for the top-left mr×nr corner of the tile. The loops over
+  // rows are unrolled before g++ decides where the accumulators live: left
+  // to later passes, they went through the stack at the end of every tile.
   template <std::size_t ACS>
   static void run(std::size_t kc, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc, std::size_t mr,
                   std::size_t nr, bool accumulate) {
-    accumulators acc;
-    compute<ACS>(kc, a, b, acc);
+    batch lo[MR], hi[MR];
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < MR; ++r) lo[r] = hi[r] = batch(T(0));
+    for (std::size_t p = 0; p < kc; ++p) {
+      const batch b0 = batch::load_aligned(b), b1 = batch::load_aligned(b + W);
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < MR; ++r) {
+        const batch ar(a[r][p * ACS]);
+        lo[r] = xsimd::fma(ar, b0, lo[r]);
+        hi[r] = xsimd::fma(ar, b1, hi[r]);
+      }
+      b += NR;
+    }
     if (mr == MR && nr == NR) {
+#pragma GCC unroll 8
       for (std::size_t r = 0; r < MR; ++r) {
         T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;
         if (accumulate) {
-          acc.lo[r] += batch::load_unaligned(cr);
-          acc.hi[r] += batch::load_unaligned(cr + W);
+          lo[r] += batch::load_unaligned(cr);
+          hi[r] += batch::load_unaligned(cr + W);
         }
-        acc.lo[r].store_unaligned(cr);
-        acc.hi[r].store_unaligned(cr + W);
+        lo[r].store_unaligned(cr);
+        hi[r].store_unaligned(cr + W);
       }
       return;
     }
     alignas(64) T tile[MR * NR];
+#pragma GCC unroll 8
     for (std::size_t r = 0; r < MR; ++r) {
-      acc.lo[r].store_aligned(tile + r * NR);
-      acc.hi[r].store_aligned(tile + r * NR + W);
+      lo[r].store_aligned(tile + r * NR);
+      hi[r].store_aligned(tile + r * NR + W);
     }
     for (std::size_t r = 0; r < mr; ++r) {
       T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;

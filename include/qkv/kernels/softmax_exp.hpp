@@ -1,0 +1,70 @@
+// The fused softmax's exponential. There is one per score, the kernel's
+// largest cost beside its two products, and a general exp spends most of
+// its work on handling ranges that a softmax never produces. A softmax's
+// exponents are x − max x: never above a rounding error of 0.
+//
+// fast_exp2 (float): x = n + r with n = round(x) and |r| ≤ ½. Base 2 makes r
+// exact, so no Cody–Waite split is needed. 2^r comes from a degree-6
+// polynomial and 2^n is built in the exponent field. The polynomial's
+// relative error is 2·10⁻⁹ (a minimax fit on [−½, ½]). With Horner's
+// roundings the result is within 1 ulp of 2^x: 0.95 at worst over every
+// float of [−126, 0], and 1.2 on a set without FMA. tests/softmax_exp_test.cpp
+// checks this on a sample. A degree-5 polynomial would save one FMA per 8
+// scores and cost 2 ulp.
+//
+// It is exact where the softmax's invariants need it: 2^−∞ = 0 (a masked
+// key's weight), NaN stays NaN (it must poison its row), and 2^0 = 1 (the
+// row maximum's weight). Below −126.5 the result flushes to 0 instead of
+// going subnormal; above 127.5 it is ∞.
+//
+// softmax_exp(x) = e^x. For float it is fast_exp2(x·log2(e)). Rounding that
+// product, and log2(e) to a float, add a relative error of up to
+// 1.25·|x|·2⁻²⁴ to the weight e^x. Since e^x·|x| ≤ 1/e, that is below
+// 2⁻²⁴/2 of the row's largest weight (which is 1), under the rounding of the
+// float sum that follows. The weights that matter, with x near 0, keep the
+// 1 ulp. Folding log2(e) into the kernel's scale a would save the multiply,
+// but without FMA fl(a·u) − m then loses |a·u|·2⁻²⁴, not |x|·2⁻²⁴, and a·u
+// can be far larger than x (and a = 1 makes that product exact today).
+// Double uses xsimd::exp: beside a double's products it costs little.
+#pragma once
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace qkv::kernels {
+
+template <class Arch>
+xsimd::batch<float, Arch> fast_exp2(xsimd::batch<float, Arch> x) {
+  using batch = xsimd::batch<float, Arch>;
+  using ints = xsimd::batch<std::int32_t, Arch>;
+  // max and min return their second operand when either one is NaN (x86's
+  // maxps and minps; NEON's propagate NaN), so NaN passes through the clamp.
+  x = xsimd::min(batch(128.0f), xsimd::max(batch(-127.0f), x));
+  // Adding 1.5·2²³ rounds to an integer and leaves it in the low mantissa bits.
+  const batch shifter(12582912.0f);
+  const batch t = x + shifter;
+  const batch r = x - (t - shifter);
+  batch p(1.53533595e-4f);
+  p = xsimd::fma(p, r, batch(1.33988743e-3f));
+  p = xsimd::fma(p, r, batch(9.61843737e-3f));
+  p = xsimd::fma(p, r, batch(5.55033247e-2f));
+  p = xsimd::fma(p, r, batch(2.40226479e-1f));
+  p = xsimd::fma(p, r, batch(6.93147203e-1f));
+  p = xsimd::fma(p, r, batch(1.0f));
+  // The bits of 2^n are (n + 127)·2²³; n = −127 gives +0 and n = 128 gives ∞.
+  const ints scale = (xsimd::bitwise_cast<ints>(t) << 23) + ints(127 << 23);
+  return p * xsimd::bitwise_cast<batch>(scale);
+}
+
+template <class Arch, class T>
+xsimd::batch<T, Arch> softmax_exp(xsimd::batch<T, Arch> x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return fast_exp2(x * xsimd::batch<T, Arch>(1.44269504088896340736f));
+  } else {
+    return xsimd::exp(x);
+  }
+}
+
+}  // namespace qkv::kernels
