@@ -79,12 +79,21 @@ struct attention_prefill {
     for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
       const std::size_t bc = min(kb, j_end - j0);
       if (!scores::keeps_any(p, ext, i0, br, j0, bc)) continue;
+      // Keys of the block each strip of MR rows sees: on the causal diagonal
+      // fewer than bc, and none for strips above it. Past them nothing is
+      // computed, weighed or summed (rows of a strip that see fewer keys are
+      // masked by apply, as anywhere else).
+      std::size_t keys[BR / MR];
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
+        keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
+      }
 
       // Scores of the block; rows past br read the last row again and are ignored.
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
-        for (std::size_t jr = 0; jr < bc; jr += NR) {
+        for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
           if constexpr (extension_traits<Ext, T>::has_term) {
             term_tile<Arch, T, Ext>::run(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
           } else {
@@ -94,14 +103,16 @@ struct attention_prefill {
       }
       // Weights, in place.
       for (std::size_t r = 0; r < br; ++r) {
+        const std::size_t count = keys[r / MR];
+        if (count == 0) continue;
         T* u = s + r * BC;
-        const T a = scores::apply(p, i0 + r, j0, bc, u, ext);
-        softmax::step(u, bc, a, row_m[r], row_l[r], o + r * dvp, dvp);
+        const T a = scores::apply(p, i0 + r, j0, count, u, ext);
+        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp);
       }
       bool finite = true;
       for (std::size_t j = j0; j < j0 + bc; ++j) finite = finite && not_finite[j] == T(0);
-      if (finite) weigh_values(s, br, vp + j0 * NR, m, bc, o, dvp);
-      else weigh_values_skipping_zeros(s, br, vp + j0 * NR, m, bc, o, dvp);
+      if (finite) weigh_values(s, br, keys, vp + j0 * NR, m, o, dvp);
+      else weigh_values_skipping_zeros(s, br, keys, vp + j0 * NR, m, o, dvp);
     }
     for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
   }
@@ -109,12 +120,15 @@ struct attention_prefill {
  private:
   // o += weights · values on the register tile, in partial sums of at most
   // sum_chunk keys, as the matrix product sums (its error grows with the
-  // length of each sequential sum). vp: the block's first packed value row.
-  static void weigh_values(const T* s, std::size_t br, const T* vp, std::size_t m, std::size_t bc, T* o,
+  // length of each sequential sum). vp: the block's first packed value row;
+  // keys: the keys each strip of MR rows sees.
+  static void weigh_values(const T* s, std::size_t br, const std::size_t* keys, const T* vp, std::size_t m, T* o,
                            std::size_t dvp) {
-    for (std::size_t jc = 0; jc < bc; jc += B.sum_chunk) {
-      const std::size_t kc = min(B.sum_chunk, bc - jc);
+    const std::size_t most = keys[(br - 1) / MR];  // the last strip's: key_end grows with the row
+    for (std::size_t jc = 0; jc < most; jc += B.sum_chunk) {
       for (std::size_t ir = 0; ir < br; ir += MR) {
+        if (keys[ir / MR] <= jc) continue;
+        const std::size_t kc = min(B.sum_chunk, keys[ir / MR] - jc);
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = s + min(ir + r, br - 1) * BC + jc;
         for (std::size_t c = 0; c < dvp; c += NR)
@@ -125,10 +139,11 @@ struct attention_prefill {
   }
 
   // The same sums, row by row, reading no value row whose weight is 0.
-  static void weigh_values_skipping_zeros(const T* s, std::size_t br, const T* vp, std::size_t m, std::size_t bc,
-                                          T* o, std::size_t dvp) {
+  static void weigh_values_skipping_zeros(const T* s, std::size_t br, const std::size_t* keys, const T* vp,
+                                          std::size_t m, T* o, std::size_t dvp) {
     for (std::size_t r = 0; r < br; ++r) {
       const T* u = s + r * BC;
+      const std::size_t bc = keys[r / MR];
       for (std::size_t c = 0; c < dvp; c += NR) {
         T* out = o + r * dvp + c;
         for (std::size_t jc = 0; jc < bc; jc += B.sum_chunk) {

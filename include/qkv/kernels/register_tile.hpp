@@ -24,8 +24,10 @@ struct register_tile {
   // c (+)= A·B for the top-left mr×nr corner of the tile. The loops over
   // rows are unrolled before g++ decides where the accumulators live: left
   // to later passes, they went through the stack at the end of every tile.
+  // Never inlined: compiled alone it is the same loop for every caller, and
+  // inlined into the attention kernel's block g++ made it 8% longer.
   template <std::size_t ACS>
-  static void run(std::size_t kc, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc, std::size_t mr,
+  [[gnu::noinline]] static void run(std::size_t kc, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc, std::size_t mr,
                   std::size_t nr, bool accumulate) {
     batch lo[MR], hi[MR];
 #pragma GCC unroll 8
