@@ -18,7 +18,10 @@ struct term_tile {
   static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
 
   // c[0:MR, 0:nr] = the scores of rows a[0..MR) against the NR packed keys b.
-  static void run(const Ext& ext, std::size_t dk, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc,
+  // Flattened: the user's term, and what it calls (xsimd's tanh, say), is
+  // compiled into the loop whatever g++'s inlining budget for the caller
+  // has left; called out of line it cost 14% of an additive similarity.
+  [[gnu::flatten]] static void run(const Ext& ext, std::size_t dk, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc,
                   std::size_t nr) {
     batch lo[MR], hi[MR];
     for (std::size_t r = 0; r < MR; ++r) lo[r] = hi[r] = batch(T(0));
