@@ -3,7 +3,8 @@
 
     build/bench/qkv_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
         --benchmark_out=bench.json --benchmark_out_format=json
-    /usr/bin/python3 bench/plot.py bench.json            # writes docs/img/attention_d64.svg, _d128.svg
+    /usr/bin/python3 bench/plot.py bench.json            # writes docs/img/attention_d64.svg, _d128.svg, ...
+    /usr/bin/python3 bench/plot.py bench.json --out docs/img/zen3   # the same, into another folder
     /usr/bin/python3 bench/plot.py bench.json --table    # prints the table of docs/performance.md
 
 Needs matplotlib (Debian: python3-matplotlib) for the plots only. Medians of
@@ -55,7 +56,7 @@ def table(rows, probe):
     impls = [i for i in IMPLS if any(k[0] == i for k in rows)]
     # Same-run ratios: qkv fused against the FMA probe and against each peer
     # (the peer's time over qkv's: above 1, qkv is faster).
-    peers = [i for i in ("onednn", "openblas") if i in impls]
+    peers = [i for i in ("onednn", "openblas", "eigen") if i in impls]
     extra = (["fused, % of probe"] if probe else []) + [f"{LABELS[p].split(' ')[0]} time / fused" for p in peers]
     out = ["| n | m | d | causal | " + " | ".join([LABELS[i] for i in impls] + extra) + " |",
            "|---|---|---|---|" + "---|" * (len(impls) + len(extra))]
@@ -113,7 +114,14 @@ def main():
         print(table(rows, probe))
     else:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        plots(rows, os.path.join(root, "docs", "img"))
+        out = os.path.join(root, "docs", "img")
+        if "--out" in sys.argv:
+            at = sys.argv.index("--out")
+            if at + 1 >= len(sys.argv):
+                print("plot.py: --out needs a folder", file=sys.stderr)
+                return 2
+            out = sys.argv[at + 1]
+        plots(rows, out)
     return 0
 
 
