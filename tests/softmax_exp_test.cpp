@@ -56,7 +56,7 @@ std::vector<float> sweep(float from, float to, std::uint32_t step) {
 }
 
 template <class T, class F>
-void check_special_values(F f, T base) {
+void check_special_values(F f) {
   constexpr T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
   const std::vector<T> got = f(std::vector<T>{-inf, nan, -nan, T(0), -T(0), T(-1e4), inf});
   CHECK(got[0] == T(0));
@@ -67,15 +67,14 @@ void check_special_values(F f, T base) {
   CHECK(got[4] == T(1));
   CHECK(got[5] == T(0));
   CHECK(got[6] == inf);
-  (void)base;
 }
 
 }  // namespace
 
 TEST_CASE("the softmax's exponential is exact where the softmax needs it", "[softmax][exp]") {
-  check_special_values<float>(exp2_of, 2.0f);
-  check_special_values<float>(exp_of<float>, 2.7f);
-  check_special_values<double>(exp_of<double>, 2.7);
+  check_special_values<float>(exp2_of);
+  check_special_values<float>(exp_of<float>);
+  check_special_values<double>(exp_of<double>);
   // Powers of 2 are exact; below the normal range a float flushes to 0.
   const std::vector<float> got = exp2_of({1.0f, -1.0f, -126.0f, 127.0f, -127.0f, -126.6f, -150.0f});
   CHECK(got[0] == 2.0f);

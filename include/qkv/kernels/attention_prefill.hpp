@@ -13,6 +13,8 @@
 // reach that row's output even when it holds NaN or ±∞ (a padded key/value
 // cache): 0·NaN is NaN. Packing notes which value rows are not finite; a key
 // block holding one multiplies weights by values skipping zero weights.
+// On the causal diagonal each strip of MR rows stops at the keys its last
+// row sees.
 #pragma once
 
 #include "attention_problem.hpp"
@@ -143,12 +145,12 @@ struct attention_prefill {
                                           std::size_t m, T* o, std::size_t dvp) {
     for (std::size_t r = 0; r < br; ++r) {
       const T* u = s + r * BC;
-      const std::size_t bc = keys[r / MR];
+      const std::size_t count = keys[r / MR];
       for (std::size_t c = 0; c < dvp; c += NR) {
         T* out = o + r * dvp + c;
-        for (std::size_t jc = 0; jc < bc; jc += B.sum_chunk) {
+        for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
           batch lo(T(0)), hi(T(0));
-          for (std::size_t j = jc; j < min(bc, jc + B.sum_chunk); ++j) {
+          for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
             if (u[j] == T(0)) continue;
             const batch w(u[j]);
             const T* v = vp + c * m + j * NR;
