@@ -99,6 +99,45 @@ void read_kv(benchmark::State& state, std::size_t H, std::size_t m, std::size_t 
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+// Decoding from a key/value cache stored as T (float, bf16 or f16): one
+// float query per head, n = 1, the H = 8, m = 262144, d = 128.
+template <class T>
+void decode_cache(benchmark::State& state, std::size_t H, std::size_t m, std::size_t d) {
+  const heads_t Q = random_heads(1, H, 1, d, 1), Kf = random_heads(1, H, m, d, 2), Vf = random_heads(1, H, m, d, 3);
+  tensor<T, dyn, dyn, dyn, dyn> K(1, H, m, d), V(1, H, m, d);
+  for (std::size_t k = 0; k < K.size(); ++k) K.data()[k] = T(Kf.data()[k]), V.data()[k] = T(Vf.data()[k]);
+  heads_t O(1, H, 1, d);
+  threads_scope scope(1);
+  const float dk = float(d);
+  for (auto _ : state) {
+    eval_into(O, softmax(Q * transpose(K) / sqrt(dk)) * V);
+    benchmark::DoNotOptimize(O.data());
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(K.size() + V.size()) * sizeof(T),
+                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+// Its floor: every element of the 2-byte K and V read once, converted and summed.
+template <class T>
+void read_kv_16(benchmark::State& state, std::size_t H, std::size_t m, std::size_t d) {
+  tensor<T, dyn, dyn, dyn, dyn> K(1, H, m, d), V(1, H, m, d);
+  for (std::size_t k = 0; k < K.size(); ++k) K.data()[k] = T(float(k % 7) / 8), V.data()[k] = T(float(k % 5) / 8);
+  auto sum = [](const T* p, std::size_t count) {
+    float acc[16] = {};
+    for (std::size_t x = 0; x + 16 <= count; x += 16)
+      for (std::size_t l = 0; l < 16; ++l) acc[l] += float(p[x + l]);
+    float s = 0;
+    for (float a : acc) s += a;
+    return s;
+  };
+  for (auto _ : state) {
+    float total = sum(K.data(), K.size()) + sum(V.data(), V.size());
+    benchmark::DoNotOptimize(total);
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(K.size() + V.size()) * sizeof(T),
+                                              benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 template <class F>
 void add(const std::string& name, F f) {
   benchmark::RegisterBenchmark(name.c_str(), f)->Unit(benchmark::kMillisecond)->UseRealTime();
@@ -127,6 +166,12 @@ int register_all() {
     add("selftest_e/h=32/T=4096/dk=128" + th, [=](benchmark::State& s) { heads(s, 1, 32, 32, 4096, 4096, 128, false, t); });
     add("selftest_e/h=1/T=4096/dk=4096" + th, [=](benchmark::State& s) { heads(s, 1, 1, 1, 4096, 4096, 4096, false, t); });
   }
+  // A 16-bit key/value cache against a float one, and the 16-bit read floor.
+  add("decode_cache/float/H=8/m=262144/d=128", [](benchmark::State& s) { decode_cache<float>(s, 8, 262144, 128); });
+  add("decode_cache/bf16/H=8/m=262144/d=128", [](benchmark::State& s) { decode_cache<bf16>(s, 8, 262144, 128); });
+  add("decode_cache/f16/H=8/m=262144/d=128", [](benchmark::State& s) { decode_cache<f16>(s, 8, 262144, 128); });
+  add("read_kv_16/bf16/H=8/m=262144/d=128", [](benchmark::State& s) { read_kv_16<bf16>(s, 8, 262144, 128); });
+  add("read_kv_16/f16/H=8/m=262144/d=128", [](benchmark::State& s) { read_kv_16<f16>(s, 8, 262144, 128); });
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "shape/batch.hpp"
 #include "shape/extent.hpp"
 #include "shape/shape_error.hpp"
+#include "storage/float16.hpp"
 #include "storage/matrix.hpp"
 #include "storage/matrix_view.hpp"
 #include "storage/tensor.hpp"

@@ -19,6 +19,7 @@
 #pragma once
 
 #include "fused.hpp"
+#include "widen.hpp"
 
 #include "../kernels/api.hpp"
 #include "../kernels/arch_list.hpp"
@@ -62,7 +63,7 @@ constexpr kernels::blocking attention_blocking() {
 // The fused kernel's own buffers, on one thread.
 template <class T>
 constexpr std::size_t fused_workspace(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
-  return attention_blocking<T>().workspace_size(n, m, dk, dv) * sizeof(T);
+  return attention_blocking<compute_t<T>>().workspace_size(n, m, dk, dv) * sizeof(compute_t<T>);
 }
 
 // The pairs of n queries and m keys that causal attention sees: row i the
@@ -143,7 +144,7 @@ constexpr cost_estimate chain_operands_cost(const S* s) {
   } else if constexpr (is_neg_sq_l2_v<S>) {
     cost_estimate c = cost_of(lhs_of(s), true);
     c += cost_of(rhs_of(s), true);
-    c.fused_bytes += (rows_of(rhs_of(s)) + (Modified ? rows_of(lhs_of(s)) : 0)) * sizeof(value_type_t<S>);  // the norms
+    c.fused_bytes += (rows_of(rhs_of(s)) + (Modified ? rows_of(lhs_of(s)) : 0)) * sizeof(compute_t<value_type_t<S>>);  // the norms
     return c;
   } else if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) {
@@ -203,7 +204,7 @@ template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised) {
   cost_estimate c;
   if constexpr (!viewable<E> || is_transpose_v<E>) {
-    const std::size_t own = materialised && !viewable<E> ? rows_of(e) * cols_of(e) * sizeof(value_type_t<E>) : 0;
+    const std::size_t own = materialised && !viewable<E> ? rows_of(e) * cols_of(e) * sizeof(compute_t<value_type_t<E>>) : 0;
     const node_work w = E::work(e);
     c.flops = w.flops, c.exps = w.exps;
     c.naive_bytes = c.fused_bytes = w.scratch_bytes;
@@ -240,12 +241,40 @@ constexpr std::size_t batch_count(const E* e) {
   else return batch_of(*e)[0] * batch_of(*e)[1];
 }
 
+// The float copies of e's 2-byte leaves (eval/widen.hpp).
+template <class E>
+constexpr std::size_t widened_bytes(const E* e) {
+  if constexpr (!reads_half<E>()) {
+    return 0;
+  } else if constexpr (leaf<E> || tensor_leaf<E>) {
+    return rows_of(e) * cols_of(e) * batch_count(e) * sizeof(float);
+  } else {
+    using ops = operands_t<E>;
+    return [&]<std::size_t... I>(std::index_sequence<I...>) -> std::size_t {
+      if (e == nullptr) return (widened_bytes(static_cast<const bare_t<std::tuple_element_t<I, ops>>*>(nullptr)) + ... + 0);
+      const ops tuple = e->operands();
+      return (widened_bytes(&std::get<I>(tuple)) + ... + 0);
+    }(std::make_index_sequence<std::tuple_size_v<ops>>{});
+  }
+}
+
+// An expression with 2-byte leaves is evaluated in float on float copies of
+// them; a 2-byte result is the float one, rounded.
+template <class E>
+constexpr cost_estimate total_cost(const E* e) {
+  cost_estimate c = batched_cost(e, batch_count(e));
+  std::size_t extra = widened_bytes(e);
+  if constexpr (half_element<value_type_t<E>>) extra += rows_of(e) * cols_of(e) * batch_count(e) * sizeof(float);
+  c.naive_bytes += extra, c.fused_bytes += extra;
+  return c;
+}
+
 }  // namespace detail
 
 // What evaluating e costs (the conventions are at the top of this file).
 template <expression E>
 constexpr cost_estimate cost(const E& e) {
-  return detail::batched_cost(&e, detail::batch_count(&e));
+  return detail::total_cost(&e);
 }
 
 // The same from the type alone; a constant expression when every extent in
@@ -253,6 +282,6 @@ constexpr cost_estimate cost(const E& e) {
 template <class E>
 constexpr cost_estimate static_cost() {
   constexpr const detail::bare_t<E>* none = nullptr;
-  return detail::batched_cost(none, detail::batch_count(none));
+  return detail::total_cost(none);
 }
 }  // namespace qkv

@@ -12,6 +12,7 @@
 #include "fused.hpp"
 #include "naive.hpp"
 #include "strategy.hpp"
+#include "widen.hpp"
 
 #include <cstddef>
 #include <functional>
@@ -131,7 +132,12 @@ auto result_extents(const E& e) {
 
 template <class Policy, class E>
 result_t<E> evaluate(const E& e) {
-  if constexpr (is_batched_v<E>) {
+  if constexpr (reads_half<E>()) {
+    // In float, rounded once where the result is 2-byte (widen.hpp).
+    auto r = evaluate<Policy>(widen(e));
+    if constexpr (std::is_same_v<decltype(r), result_t<E>>) return r;
+    else return narrow<result_t<E>>(r);
+  } else if constexpr (is_batched_v<E>) {
     result_t<E> out(result_extents(e));
     batched_into<Policy>(e, out.view());
     return out;
@@ -196,7 +202,15 @@ void evaluate_into_matrix(Dst&& dst, const E& e) {
 
 template <class Policy, class Dst, class E>
 void evaluate_into(Dst&& dst, const E& e) {
-  if constexpr (tensor_leaf<bare_t<Dst>>) {
+  if constexpr (reads_half<E>()) {
+    // A float destination gets the float result; any other, the rounded one,
+    // whose type then must be dst's.
+    if constexpr (std::is_same_v<std::remove_const_t<value_type_t<bare_t<Dst>>>, float>) {
+      evaluate_into<Policy>(std::forward<Dst>(dst), widen(e));
+    } else {
+      evaluate_into<Policy>(std::forward<Dst>(dst), evaluate<Policy>(e));
+    }
+  } else if constexpr (tensor_leaf<bare_t<Dst>>) {
     evaluate_into_tensor<Policy>(std::forward<Dst>(dst), e);
   } else {
     static_assert(!is_batched_v<E>,

@@ -14,6 +14,7 @@
 #include "../similarity/builtin.hpp"
 #include "fused.hpp"
 #include "fusion_rules.hpp"
+#include "widen.hpp"
 
 #include <cstddef>
 #include <string>
@@ -162,10 +163,15 @@ void explain_into(const E& e, std::string& out, std::size_t depth) {
 // operands indented under the node that reads them:
 //   fused: softmax(S) * V with similarity dot, scale, causal
 //   node by node: A * B (not fused: two biases in the scores)
-// Storage and transposes read memory in place and have no line.
+// Storage and transposes read memory in place and have no line. With bf16
+// or f16 inputs a first line says that they are evaluated in float.
 template <expression E>
 std::string explain(const E& e) {
   std::string out;
+  if constexpr (detail::reads_half<detail::bare_t<E>>()) {
+    out = half_element<value_type_t<E>> ? "in float: the 2-byte inputs converted, the result rounded once\n"
+                                        : "in float: the 2-byte inputs converted\n";
+  }
   detail::explain_into(e, out, 0);
   return out;
 }

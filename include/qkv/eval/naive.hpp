@@ -87,7 +87,7 @@ template <class T>
 void copy_strided(kernels::strided<const T> src, kernels::strided<T> dst) {
   if constexpr (element<T>) {
     kernels::copy(src, dst);
-  } else {  // bool masks
+  } else {  // bool masks, 2-byte types
     for (std::size_t i = 0; i < src.rows; ++i)
       for (std::size_t j = 0; j < src.cols; ++j) dst(i, j) = src(i, j);
   }

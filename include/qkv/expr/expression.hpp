@@ -1,6 +1,8 @@
 // What makes a type a qkv expression, and the traits every node exposes.
 #pragma once
 
+#include "../storage/float16.hpp"
+
 #include <concepts>
 #include <cstddef>
 #include <type_traits>
@@ -31,9 +33,30 @@ concept tensor_leaf = expression<E> && requires {
 template <expression E>
 using value_type_t = typename std::remove_cvref_t<E>::value_type;
 
-// Element types of arithmetic; bool is for masks only.
+// Element types the kernels compute in; bool is for masks only.
 template <class T>
 concept element = std::same_as<T, float> || std::same_as<T, double>;
+
+// 2-byte storage types: expressions on them compute in float.
+template <class T>
+concept half_element = std::same_as<T, bf16> || std::same_as<T, f16>;
+
+// What matrices, tensors and expressions may hold.
+template <class T>
+concept value_element = element<T> || half_element<T>;
+
+// The type an element is computed in.
+template <class T>
+using compute_t = std::conditional_t<half_element<T>, float, T>;
+
+// Whether two element types may meet in a binary node: the same type, or
+// float with a 2-byte type (float queries, a bf16 cache), which is float.
+template <class A, class B>
+concept mixable_elements =
+    std::same_as<A, B> || (std::same_as<A, float> && half_element<B>) || (half_element<A> && std::same_as<B, float>);
+
+template <class A, class B>
+using common_element_t = std::conditional_t<std::same_as<A, B>, A, float>;
 
 namespace detail {
 

@@ -17,7 +17,7 @@ namespace qkv {
 // position, the last query row aligned with the last key (bottom-right).
 template <class S>
 class causal_expr : public detail::same_shape_unary<S> {
-  static_assert(element<value_type_t<S>>, "qkv: causal(S): S must be a float or double matrix");
+  static_assert(value_element<value_type_t<S>>, "qkv: causal(S): S must be a float or double matrix, or a bf16 or f16 one");
 
  public:
   using detail::same_shape_unary<S>::same_shape_unary;
@@ -34,7 +34,7 @@ class masked_expr
     : public detail::binary<S, M, detail::bare_t<S>::static_rows, detail::bare_t<S>::static_cols> {
   using s_t = detail::bare_t<S>;
   using m_t = detail::bare_t<M>;
-  static_assert(element<value_type_t<S>>, "qkv: masked(S, M): S must be a float or double matrix");
+  static_assert(value_element<value_type_t<S>>, "qkv: masked(S, M): S must be a float or double matrix, or a bf16 or f16 one");
   static_assert(std::is_same_v<value_type_t<M>, bool> && (leaf<m_t> || tensor_leaf<m_t>),
                 "qkv: masked(S, M): M must be a matrix, matrix_view, tensor or tensor_view of bool");
   static_assert(static_extents_agree<s_t::static_rows, m_t::static_rows>, "qkv: masked(S, M): the rows of S differ from the rows of M");
@@ -70,7 +70,7 @@ class masked_expr
 // pred must be pure and copyable.
 template <class S, class P>
 class predicate_masked_expr : public detail::same_shape_unary<S> {
-  static_assert(element<value_type_t<S>>, "qkv: masked(S, pred): S must be a float or double matrix");
+  static_assert(value_element<value_type_t<S>>, "qkv: masked(S, pred): S must be a float or double matrix, or a bf16 or f16 one");
   static_assert(std::predicate<const P&, std::size_t, std::size_t>,
                 "qkv: masked(S, pred): pred must be callable as pred(i, j) on std::size_t positions, giving a bool");
 

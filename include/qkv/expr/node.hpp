@@ -107,8 +107,14 @@ constexpr std::size_t max_rank() {
 // A node of two operands; the derived node checks their shapes. Its batch
 // extents are the operands' combined (Grouped: a product, where one may
 // divide the other).
+// A binary node's element type: float where float meets a 2-byte type, else
+// the left operand's (a mask's bool, or a mix its node reports).
+template <class A, class B>
+using binary_value_t = std::conditional_t<mixable_elements<value_type_t<A>, value_type_t<B>>,
+                                          common_element_t<value_type_t<A>, value_type_t<B>>, value_type_t<A>>;
+
 template <class A, class B, std::size_t R, std::size_t C, bool Grouped = false>
-class binary : public node<value_type_t<A>, R, C, max_rank<A, B>(),
+class binary : public node<binary_value_t<A, B>, R, C, max_rank<A, B>(),
                            combine_batch(static_batch_of<bare_t<A>>(), static_batch_of<bare_t<B>>(), Grouped)> {
  public:
   template <class L, class M>

@@ -16,8 +16,8 @@ class product_expr
   using a_t = detail::bare_t<A>;
   using b_t = detail::bare_t<B>;
   static constexpr batch_extents a_batch = detail::static_batch_of<a_t>(), b_batch = detail::static_batch_of<b_t>();
-  static_assert(element<value_type_t<A>>, "qkv: A * B: A must be a float or double matrix (bool is for masks)");
-  static_assert(std::is_same_v<value_type_t<A>, value_type_t<B>>, "qkv: A * B: A and B have different element types");
+  static_assert(value_element<value_type_t<A>>, "qkv: A * B: A must be a float or double matrix, or a bf16 or f16 one (bool is for masks)");
+  static_assert(mixable_elements<value_type_t<A>, value_type_t<B>>, "qkv: A * B: A and B have different element types (float mixes with bf16 or f16, nothing else)");
   static_assert(static_extents_agree<a_t::static_cols, b_t::static_rows>, "qkv: A * B: the columns of A differ from the rows of B");
   static_assert(static_batches_agree<a_batch[0], a_batch[1], b_batch[0], b_batch[1], true>,
                 "qkv: A * B: the batch extents of A and B differ (each pair must be equal, or one 1, or one divide the other)");

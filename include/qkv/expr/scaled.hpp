@@ -12,7 +12,7 @@ enum class scale_op { multiply, divide };
 
 template <class X, class S, scale_op Op>
 class scaled_expr : public detail::same_shape_unary<X> {
-  static_assert(element<value_type_t<X>>, "qkv: X * s, X / s: X must be a float or double matrix (bool is for masks)");
+  static_assert(value_element<value_type_t<X>>, "qkv: X * s, X / s: X must be a float or double matrix, or a bf16 or f16 one (bool is for masks)");
 
  public:
   static constexpr scale_op op = Op;

@@ -36,8 +36,8 @@ V call_modifier(const F& f, const V& s, const V& i, const V& j) {
 
 template <class S, class F>
 class score_mod_expr : public detail::same_shape_unary<S> {
-  static_assert(element<value_type_t<S>>, "qkv: score_mod(S, f): S must be a float or double matrix");
-  static_assert(score_modifier<F, value_type_t<S>>,
+  static_assert(value_element<value_type_t<S>>, "qkv: score_mod(S, f): S must be a float or double matrix, or a bf16 or f16 one");
+  static_assert(score_modifier<F, compute_t<value_type_t<S>>>,
                 "qkv: score_mod(S, f): f must be callable as f(s, i, j) on numbers and on xsimd batches");
 
  public:

@@ -23,9 +23,9 @@ class similarity_expr
   using base = detail::binary<Q, K, q_t::static_rows, k_t::static_rows, true>;
   using q_in = detail::bare_t<decltype(detail::similarity_queries(std::declval<const F&>(), std::declval<const q_t&>()))>;
   using k_in = detail::bare_t<decltype(detail::similarity_keys(std::declval<const F&>(), std::declval<const k_t&>()))>;
-  static_assert(element<value_type_t<Q>>, "qkv: similarity(Q, K, f): Q must be a float or double matrix");
-  static_assert(std::is_same_v<value_type_t<Q>, value_type_t<K>>, "qkv: similarity(Q, K, f): Q and K have different element types");
-  static_assert(similarity_term<F, value_type_t<Q>>,
+  static_assert(value_element<value_type_t<Q>>, "qkv: similarity(Q, K, f): Q must be a float or double matrix, or a bf16 or f16 one");
+  static_assert(mixable_elements<value_type_t<Q>, value_type_t<K>>, "qkv: similarity(Q, K, f): Q and K have different element types (float mixes with bf16 or f16, nothing else)");
+  static_assert(similarity_term<F, compute_t<value_type_t<Q>>>,
                 "qkv: similarity(Q, K, f): f must be callable as f(q, k) or f(q, k, c) on numbers and on xsimd batches");
   static_assert(static_extents_agree<q_in::static_cols, k_in::static_cols> || !detail::similarity_well_formed<F>(),
                 "qkv: similarity(Q, K, f): the rows of Q and of K (after f's queries and keys) have different lengths");
@@ -77,7 +77,7 @@ class similarity_expr
 // cosine similarity is normalize_rows(Q) * transpose(normalize_rows(K)).
 template <class X>
 class row_normalized_expr : public detail::same_shape_unary<X> {
-  static_assert(element<value_type_t<X>>, "qkv: normalize_rows(X): X must be a float or double matrix");
+  static_assert(value_element<value_type_t<X>>, "qkv: normalize_rows(X): X must be a float or double matrix, or a bf16 or f16 one");
 
  public:
   using detail::same_shape_unary<X>::same_shape_unary;
@@ -99,9 +99,9 @@ class neg_sq_l2_expr
   using q_t = detail::bare_t<Q>;
   using k_t = detail::bare_t<K>;
   using base = detail::binary<Q, K, q_t::static_rows, k_t::static_rows, true>;
-  static_assert(element<value_type_t<Q>>, "qkv: similarity(Q, K, neg_sq_l2): Q must be a float or double matrix");
-  static_assert(std::is_same_v<value_type_t<Q>, value_type_t<K>>,
-                "qkv: similarity(Q, K, neg_sq_l2): Q and K have different element types");
+  static_assert(value_element<value_type_t<Q>>, "qkv: similarity(Q, K, neg_sq_l2): Q must be a float or double matrix, or a bf16 or f16 one");
+  static_assert(mixable_elements<value_type_t<Q>, value_type_t<K>>,
+                "qkv: similarity(Q, K, neg_sq_l2): Q and K have different element types (float mixes with bf16 or f16, nothing else)");
   static_assert(static_extents_agree<q_t::static_cols, k_t::static_cols>,
                 "qkv: similarity(Q, K, neg_sq_l2): the rows of Q and of K have different lengths");
   static constexpr batch_extents q_batch = detail::static_batch_of<q_t>(), k_batch = detail::static_batch_of<k_t>();
@@ -127,7 +127,7 @@ class neg_sq_l2_expr
   // 2 q·k − ‖q‖² − ‖k‖²: the products, the norms (kept beside the result), three operations per score.
   static constexpr detail::node_work work(const neg_sq_l2_expr* e) {
     const std::size_t n = detail::rows_of(e), m = detail::cols_of(e), d = detail::cols_of(detail::lhs_of(e));
-    return {2 * n * m * d + 2 * (n + m) * d + 3 * n * m, 0, (n + m) * sizeof(value_type_t<Q>)};
+    return {2 * n * m * d + 2 * (n + m) * d + 3 * n * m, 0, (n + m) * sizeof(compute_t<value_type_t<Q>>)};
   }
 };
 

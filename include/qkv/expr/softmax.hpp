@@ -10,7 +10,7 @@ namespace qkv {
 
 template <class X>
 class softmax_expr : public detail::same_shape_unary<X> {
-  static_assert(element<value_type_t<X>>, "qkv: softmax(X): X must be a float or double matrix (bool is for masks)");
+  static_assert(value_element<value_type_t<X>>, "qkv: softmax(X): X must be a float or double matrix, or a bf16 or f16 one (bool is for masks)");
 
  public:
   using detail::same_shape_unary<X>::same_shape_unary;

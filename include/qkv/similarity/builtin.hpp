@@ -50,6 +50,8 @@ template <class Wq, class Wk, class Wv>
 class additive_t {
   using wv_t = detail::bare_t<Wv>;
   static_assert(leaf<wv_t>, "qkv: additive(Wq, Wk, w): w must be a matrix or matrix_view (a row or a column)");
+  static_assert(!half_element<value_type_t<Wq>> && !half_element<value_type_t<Wk>> && !half_element<value_type_t<wv_t>>,
+                "qkv: additive(Wq, Wk, w): the weights must be float or double (Q and K may be bf16 or f16)");
   static_assert(static_extents_agree<detail::bare_t<Wq>::static_cols, detail::bare_t<Wk>::static_cols>,
                 "qkv: additive(Wq, Wk, w): Wq and Wk project to different widths");
 

@@ -20,8 +20,8 @@ namespace qkv {
 // row-major array; the first element is 64-byte aligned.
 template <class T, std::size_t R, std::size_t C>
 class matrix {
-  static_assert(element<T> || std::is_same_v<T, bool>,
-                "qkv: matrix<T, R, C> needs T = float or double (or bool for a mask)");
+  static_assert(value_element<T> || std::is_same_v<T, bool>,
+                "qkv: matrix<T, R, C> needs T = float, double, bf16 or f16 (or bool for a mask)");
 
  public:
   using value_type = T;

@@ -16,8 +16,8 @@ namespace qkv {
 template <class T, std::size_t R, std::size_t C>
 class matrix_view {
   using bare = std::remove_const_t<T>;
-  static_assert(element<bare> || std::is_same_v<bare, bool>,
-                "qkv: matrix_view<T, R, C> needs T = float or double (or bool for a mask), optionally const");
+  static_assert(value_element<bare> || std::is_same_v<bare, bool>,
+                "qkv: matrix_view<T, R, C> needs T = float, double, bf16 or f16 (or bool for a mask), optionally const");
 
  public:
   using value_type = bare;

@@ -17,8 +17,8 @@ namespace qkv {
 template <class T, std::size_t... E>
 class tensor {
   using shape = detail::tensor_shape<E...>;
-  static_assert(element<T> || std::is_same_v<T, bool>,
-                "qkv: tensor<T, E...> needs T = float or double (or bool for a mask)");
+  static_assert(value_element<T> || std::is_same_v<T, bool>,
+                "qkv: tensor<T, E...> needs T = float, double, bf16 or f16 (or bool for a mask)");
 
  public:
   using value_type = T;

@@ -19,8 +19,8 @@ template <class T, std::size_t... E>
 class tensor_view {
   using bare = std::remove_const_t<T>;
   using shape = detail::tensor_shape<E...>;
-  static_assert(element<bare> || std::is_same_v<bare, bool>,
-                "qkv: tensor_view<T, E...> needs T = float or double (or bool for a mask), optionally const");
+  static_assert(value_element<bare> || std::is_same_v<bare, bool>,
+                "qkv: tensor_view<T, E...> needs T = float, double, bf16 or f16 (or bool for a mask), optionally const");
 
  public:
   using value_type = bare;

@@ -1,0 +1,90 @@
+// Expressions over bf16 and f16 compute in float. widen(e) is e rebuilt
+// (expr/node.hpp) over float copies of its 2-byte leaves, every other leaf
+// and every subtree without a 2-byte leaf as it is; both strategies then run
+// their float code on it, and eval rounds the float result once into
+// 2-byte storage (eval.hpp). Each 2-byte input is thus read once and held in
+// float for the evaluation.
+#pragma once
+
+#include "../expr/node.hpp"
+#include "batched.hpp"
+#include "../storage/matrix.hpp"
+#include "../storage/tensor.hpp"
+#include "../storage/tensor_view.hpp"
+
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace qkv::detail {
+
+template <class E>
+using operands_t = decltype(std::declval<const E&>().operands());
+
+// Whether e reads a 2-byte leaf (its functors' data is the functors' own).
+template <class E>
+constexpr bool reads_half() {
+  if constexpr (leaf<E> || tensor_leaf<E>) {
+    return half_element<std::remove_const_t<value_type_t<E>>>;
+  } else {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (reads_half<bare_t<std::tuple_element_t<I, operands_t<E>>>>() || ... || false);
+    }(std::make_index_sequence<std::tuple_size_v<operands_t<E>>>{});
+  }
+}
+
+template <class L>
+struct widened_tensor;
+template <class T, std::size_t... X>
+struct widened_tensor<tensor<T, X...>> {
+  using type = tensor<float, X...>;
+};
+template <class T, std::size_t... X>
+struct widened_tensor<tensor_view<T, X...>> {
+  using type = tensor<float, X...>;
+};
+
+// The matrix src, converted element by element into dst (same extents).
+template <class Src, class Dst>
+void convert_matrix(const Src& src, Dst&& dst) {
+  for (std::size_t i = 0; i < src.rows(); ++i)
+    for (std::size_t j = 0; j < src.cols(); ++j) dst(i, j) = static_cast<value_type_t<Dst>>(src(i, j));
+}
+
+template <class E>
+decltype(auto) widen(const E& e) {
+  if constexpr (!reads_half<E>()) {
+    return (e);
+  } else if constexpr (leaf<E>) {
+    matrix<float, E::static_rows, E::static_cols> w(e.rows(), e.cols());
+    convert_matrix(e, w);
+    return w;
+  } else if constexpr (tensor_leaf<E>) {
+    typename widened_tensor<E>::type w(e.extents());
+    for_each_batch_index(batch_of(e), [&](batch_extents b) {
+      const auto from = e.batch_matrix(b);
+      auto to = w.view().batch_matrix(b);
+      convert_matrix(from, to);
+    });
+    return w;
+  } else {
+    return std::apply([&](const auto&... x) { return e.rebuild(widen(x)...); }, e.operands());
+  }
+}
+
+// A float result rounded once into storage of type To, of the same extents.
+template <class To, class From>
+To narrow(const From& r) {
+  To out = [&] {
+    if constexpr (tensor_leaf<From>) return To(r.extents());
+    else return To(r.rows(), r.cols());
+  }();
+  using T = value_type_t<To>;
+  const float* src = r.data();
+  T* dst = out.data();
+  for (std::size_t k = 0, n = r.size(); k < n; ++k) dst[k] = T(src[k]);
+  return out;
+}
+
+}  // namespace qkv::detail
