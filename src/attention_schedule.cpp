@@ -9,41 +9,48 @@
 #include <qkv/kernels/attention_schedule.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace qkv::kernels {
 namespace {
 
-template <class T>
+// S: how K and V are stored (T, or bf16 or f16 for float).
+template <class T, class S>
 struct compiled_attention {
-  const attention_entries<T>& k;
+  using problem = attention_problem<T, S>;
+  const attention_entries<T, S>& k;
 
-  bool decodes(const attention_problem<T>& p) const { return k.sizes.decodes(p.q.rows); }
-  std::size_t shared_size(const attention_problem<T>& p) const {
-    return k.sizes.shared_size(p.q.rows, p.k.rows, p.q.cols, p.v.cols);
+  static attention_problem<T> without_kv_data(const problem& p) {
+    if constexpr (std::is_same_v<S, T>) return p;
+    else return p.without_kv_data();
   }
-  void pack(const attention_problem<T>& p, T* shared) const { k.pack(p, shared); }
-  std::size_t pieces(const attention_problem<T>& p) const {
+  bool decodes(const problem& p) const { return k.sizes.decodes(p.q.rows); }
+  std::size_t shared_size(const problem& p) const { return k.sizes.shared_size(p.q.rows, p.k.rows, p.q.cols, p.v.cols); }
+  void pack(const problem& p, T* shared) const { k.pack(p, shared); }
+  std::size_t pieces(const problem& p) const {
     if (decodes(p)) return k.sizes.decode_parts(p.q.rows, p.k.rows);
     return (p.q.rows + k.sizes.query_rows - 1) / k.sizes.query_rows;
   }
-  std::size_t scratch_size(const attention_problem<T>& p) const {
-    return k.sizes.scratch_size(p.q.rows, p.k.rows, p.v.cols);
-  }
-  std::size_t kept_size(const attention_problem<T>& p) const {
+  std::size_t scratch_size(const problem& p) const { return k.sizes.scratch_size(p.q.rows, p.k.rows, p.v.cols); }
+  std::size_t kept_size(const problem& p) const {
     return decodes(p) ? pieces(p) * k.sizes.decode_part_size(p.q.rows, p.v.cols) : 0;
   }
-  void piece(const attention_problem<T>& p, const T* shared, std::size_t b, T* scratch, T* kept) const {
+  void piece(const problem& p, const T* shared, std::size_t b, T* scratch, T* kept) const {
     if (decodes(p)) k.decode_part(p, b, scratch, kept + b * k.sizes.decode_part_size(p.q.rows, p.v.cols));
-    else k.blocks(p, shared, b, b + 1, scratch);
+    else k.blocks(without_kv_data(p), shared, b, b + 1, scratch);
   }
-  void finish(const attention_problem<T>& p, const T* kept) const {
-    if (decodes(p)) k.decode_merge(p, kept, pieces(p));
+  void finish(const problem& p, const T* kept) const {
+    if (decodes(p)) k.decode_merge(without_kv_data(p), kept, pieces(p));
   }
 };
 
-template <class T>
-void attention_impl(const attention_problem<T>* problems, std::size_t count) {
-  schedule_attention(compiled_attention<T>{active_kernels<T>().attention}, problems, count);
+template <class T, class S>
+void attention_impl(const attention_problem<T, S>* problems, std::size_t count) {
+  if constexpr (std::is_same_v<T, float>) {
+    schedule_attention(compiled_attention<T, S>{active_attention<S>()}, problems, count);
+  } else {
+    schedule_attention(compiled_attention<T, S>{active_kernels<T>().attention}, problems, count);
+  }
 }
 
 }  // namespace
@@ -52,5 +59,7 @@ void attention(const attention_problem<float>& problem) { attention_impl(&proble
 void attention(const attention_problem<double>& problem) { attention_impl(&problem, 1); }
 void attention(const attention_problem<float>* problems, std::size_t count) { attention_impl(problems, count); }
 void attention(const attention_problem<double>* problems, std::size_t count) { attention_impl(problems, count); }
+void attention(const attention_problem<float, bf16>* problems, std::size_t count) { attention_impl(problems, count); }
+void attention(const attention_problem<float, f16>* problems, std::size_t count) { attention_impl(problems, count); }
 
 }  // namespace qkv::kernels

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace qkv::kernels {
@@ -90,6 +91,16 @@ const kernel_set<T>& active_kernels() {
 }
 template const kernel_set<float>& active_kernels<float>();
 template const kernel_set<double>& active_kernels<double>();
+
+template <class S>
+const attention_entries<float, S>& active_attention() {
+  if constexpr (std::is_same_v<S, bf16>) return active().f32_bf16;
+  else if constexpr (std::is_same_v<S, f16>) return active().f32_f16;
+  else return active().f32.attention;
+}
+template const attention_entries<float, float>& active_attention<float>();
+template const attention_entries<float, bf16>& active_attention<bf16>();
+template const attention_entries<float, f16>& active_attention<f16>();
 
 namespace {
 

@@ -7,6 +7,7 @@
 #include <qkv/kernels/attention_problem.hpp>
 #include <qkv/kernels/blocking.hpp>
 #include <qkv/kernels/strided.hpp>
+#include <qkv/storage/float16.hpp>
 
 #include <cstddef>
 
@@ -14,12 +15,14 @@ namespace qkv::kernels {
 
 // The fused attention: its sizes (blocking.hpp says which buffers they
 // imply), and the pieces src/attention_schedule.cpp spreads over threads.
-template <class T>
+// With K and V stored as S, pack and decode_part read them; the blocks and
+// the merge read only the packed copy or the parts, as for S = T.
+template <class T, class S = T>
 struct attention_entries {
   blocking sizes;
-  void (*pack)(const attention_problem<T>& problem, T* shared);
+  void (*pack)(const attention_problem<T, S>& problem, T* shared);
   void (*blocks)(const attention_problem<T>& problem, const T* shared, std::size_t b0, std::size_t b1, T* scratch);
-  void (*decode_part)(const attention_problem<T>& problem, std::size_t part, T* scratch, T* part_out);
+  void (*decode_part)(const attention_problem<T, S>& problem, std::size_t part, T* scratch, T* part_out);
   void (*decode_merge)(const attention_problem<T>& problem, const T* parts, std::size_t count);
 };
 
@@ -40,6 +43,8 @@ struct kernel_table {
   std::size_t arch;  // its index in arch_list
   kernel_set<float> f32;
   kernel_set<double> f64;
+  attention_entries<float, bf16> f32_bf16;  // float queries, K and V in bf16
+  attention_entries<float, f16> f32_f16;
 };
 
 // The kernels of instruction set Isa of arch_list (one whose Isa::built
@@ -52,5 +57,10 @@ const kernel_table& kernels_of() noexcept;
 // set_arch does while QKV_ARCH names a set that cannot run.
 template <class T>
 const kernel_set<T>& active_kernels();
+
+// The fused attention in float over K and V stored as S (float, bf16 or
+// f16), of the instruction set picked; throws as active_kernels does.
+template <class S>
+const attention_entries<float, S>& active_attention();
 
 }  // namespace qkv::kernels

@@ -25,16 +25,29 @@ constexpr kernel_set<T> make_kernel_set() {
           .subtract = &e::subtract,
           .copy = &e::copy,
           .attention = {.sizes = at::sizes,
-                        .pack = &at::pack,
+                        .pack = &at::template pack<T>,
                         .blocks = &at::blocks,
-                        .decode_part = &at::decode_part,
+                        .decode_part = &at::template decode_part<T>,
                         .decode_merge = &at::decode_merge}};
+}
+
+// Float attention over K and V stored as S: the float kernel's blocks and
+// merge, its packing and decode parts converting as they read.
+template <class Arch, class S>
+constexpr attention_entries<float, S> make_attention_entries() {
+  using at = attention_kernel<Arch, float>;
+  return {.sizes = at::sizes,
+          .pack = &at::template pack<S>,
+          .blocks = &at::blocks,
+          .decode_part = &at::template decode_part<S>,
+          .decode_merge = &at::decode_merge};
 }
 
 template <class Isa>
 const kernel_table& kernels_of() noexcept {
   using arch = typename Isa::arch;
-  static constexpr kernel_table table{arch_index_of<arch>, make_kernel_set<arch, float>(), make_kernel_set<arch, double>()};
+  static constexpr kernel_table table{arch_index_of<arch>, make_kernel_set<arch, float>(), make_kernel_set<arch, double>(),
+                                      make_attention_entries<arch, bf16>(), make_attention_entries<arch, f16>()};
   return table;
 }
 

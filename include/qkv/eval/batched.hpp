@@ -20,13 +20,6 @@ namespace qkv::detail {
 template <class E>
 inline constexpr bool is_batched_v = static_rank_of<bare_t<E>>() > 2;
 
-// f(index) for every index of the batch extents b, in order.
-template <class F>
-void for_each_batch_index(batch_extents b, F&& f) {
-  for (std::size_t i = 0; i < b[0]; ++i)
-    for (std::size_t j = 0; j < b[1]; ++j) f(batch_extents{i, j});
-}
-
 // Evaluates a matrix expression into a view; the kernels write rows of unit
 // column stride, so another destination gets a copy.
 template <class Policy, class S, class T, std::size_t R, std::size_t C>
@@ -41,29 +34,36 @@ void slice_into(const S& s, const matrix_view<T, R, C>& out) {
   }
 }
 
+// Every batch index of e's fused attention in one call of the kernel, into
+// out (e's extents, unit column stride; float for 2-byte inputs).
+template <class Policy, class E, class T, std::size_t... X>
+void batched_fused_into(const E& e, const tensor_view<T, X...>& out) {
+  const batch_extents b = batch_of(e);
+  const std::size_t count = b[0] * b[1];
+  std::vector<fused_operands_t<E>> keep(count);
+  std::vector<fused_problem_t<E>> problems;
+  problems.reserve(count);
+  std::optional<fused_extension_t<E>> ext;  // the functors are those of e: the first index's serve all
+  for_each_batch_index(b, [&](batch_extents i) {
+    const auto o = out.batch_matrix(i);
+    fused_extension_t<E> mine;
+    problems.push_back(attention_problem_of<Policy>(slice(e, i), dense(o.data(), o.rows(), o.cols(), o.row_stride()),
+                                                    keep[problems.size()], mine));
+    if (!ext) ext.emplace(std::move(mine));
+  });
+  if (ext) run_attention(problems.data(), problems.size(), *ext);
+}
+
 // Evaluates the batched expression e into out, whose extents are e's.
 template <class Policy, class E, class T, std::size_t... X>
 void batched_into(const E& e, const tensor_view<T, X...>& out) {
-  const batch_extents b = batch_of(e);
   if constexpr (std::is_same_v<Policy, best_policy> && has_fused_form<E>) {
     if (out.stride(sizeof...(X) - 1) == 1) {
-      const std::size_t count = b[0] * b[1];
-      std::vector<fused_operands<T>> keep(count);
-      std::vector<kernels::attention_problem<T>> problems;
-      problems.reserve(count);
-      std::optional<fused_extension_t<E>> ext;  // the functors are those of e: the first index's serve all
-      for_each_batch_index(b, [&](batch_extents i) {
-        const auto o = out.batch_matrix(i);
-        fused_extension_t<E> mine;
-        problems.push_back(attention_problem_of<Policy>(slice(e, i), dense(o.data(), o.rows(), o.cols(), o.row_stride()),
-                                                        keep[problems.size()], mine));
-        if (!ext) ext.emplace(std::move(mine));
-      });
-      if (ext) run_attention(problems.data(), problems.size(), *ext);
+      batched_fused_into<Policy>(e, out);
       return;
     }
   }
-  for_each_batch_index(b, [&](batch_extents i) { slice_into<Policy>(slice(e, i), out.batch_matrix(i)); });
+  for_each_batch_index(batch_of(e), [&](batch_extents i) { slice_into<Policy>(slice(e, i), out.batch_matrix(i)); });
 }
 
 }  // namespace qkv::detail

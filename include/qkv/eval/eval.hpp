@@ -24,18 +24,22 @@ namespace qkv {
 
 namespace detail {
 
-template <class E, std::size_t Rank = static_rank_of<E>()>
+template <class E, class T = value_type_t<E>, std::size_t Rank = static_rank_of<E>()>
 struct result {
-  using type = matrix<value_type_t<E>, E::static_rows, E::static_cols>;
+  using type = matrix<T, E::static_rows, E::static_cols>;
 };
+template <class E, class T>
+struct result<E, T, 3> {
+  using type = tensor<T, E::static_batch[1], E::static_rows, E::static_cols>;
+};
+template <class E, class T>
+struct result<E, T, 4> {
+  using type = tensor<T, E::static_batch[0], E::static_batch[1], E::static_rows, E::static_cols>;
+};
+
+// The storage of e's value in the type it is computed in (float for 2-byte inputs).
 template <class E>
-struct result<E, 3> {
-  using type = tensor<value_type_t<E>, E::static_batch[1], E::static_rows, E::static_cols>;
-};
-template <class E>
-struct result<E, 4> {
-  using type = tensor<value_type_t<E>, E::static_batch[0], E::static_batch[1], E::static_rows, E::static_cols>;
-};
+using compute_result_t = typename result<bare_t<E>, compute_t<value_type_t<E>>>::type;
 
 }  // namespace detail
 
@@ -130,9 +134,27 @@ auto result_extents(const E& e) {
   else return std::array<std::size_t, 3>{b[1], e.rows(), e.cols()};
 }
 
+// e's fused attention with K and V read as stored (fused.hpp), in float.
+template <class E>
+compute_result_t<E> evaluate_on_stored_kv(const E& e) {
+  if constexpr (is_batched_v<E>) {
+    compute_result_t<E> out(result_extents(e));
+    batched_fused_into<best_policy>(e, out.view());
+    return out;
+  } else {
+    compute_result_t<E> out(e.rows(), e.cols());
+    fused_into<best_policy>(e, dense(out.data(), out.rows(), out.cols(), out.row_stride()));
+    return out;
+  }
+}
+
 template <class Policy, class E>
 result_t<E> evaluate(const E& e) {
-  if constexpr (reads_half<E>()) {
+  if constexpr (std::is_same_v<Policy, best_policy> && reads_kv_as_stored<E>) {
+    auto r = evaluate_on_stored_kv(e);
+    if constexpr (std::is_same_v<decltype(r), result_t<E>>) return r;
+    else return narrow<result_t<E>>(r);
+  } else if constexpr (reads_half<E>()) {
     // In float, rounded once where the result is 2-byte (widen.hpp).
     auto r = evaluate<Policy>(widen(e));
     if constexpr (std::is_same_v<decltype(r), result_t<E>>) return r;
@@ -206,7 +228,11 @@ void evaluate_into(Dst&& dst, const E& e) {
     // A float destination gets the float result; any other, the rounded one,
     // whose type then must be dst's.
     if constexpr (std::is_same_v<std::remove_const_t<value_type_t<bare_t<Dst>>>, float>) {
-      evaluate_into<Policy>(std::forward<Dst>(dst), widen(e));
+      if constexpr (std::is_same_v<Policy, best_policy> && reads_kv_as_stored<E>) {
+        evaluate_into<Policy>(std::forward<Dst>(dst), evaluate_on_stored_kv(e));  // then copied
+      } else {
+        evaluate_into<Policy>(std::forward<Dst>(dst), widen(e));
+      }
     } else {
       evaluate_into<Policy>(std::forward<Dst>(dst), evaluate<Policy>(e));
     }

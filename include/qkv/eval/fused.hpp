@@ -4,9 +4,16 @@
 // (pointers, strides and a description of the score post-operations) and
 // handed to the fused kernel. Operands that are not storage (Q = X * Wq,
 // say) are evaluated first, by the same policy.
+//
+// With bf16 or f16 inputs it computes in float. K and V stored as leaves of
+// one 2-byte type, under the dot product and without the user's functors,
+// reach the compiled kernels as they are stored (kernels/api.hpp): packing
+// or decoding converts them as it reads. Every other 2-byte operand is
+// converted to float first (eval/widen.hpp).
 #pragma once
 
 #include "naive.hpp"
+#include "widen.hpp"
 
 #include "../kernels/api.hpp"
 #include "../kernels/attention_problem.hpp"
@@ -22,10 +29,12 @@
 
 namespace qkv::detail {
 
-// What a score chain is made of, while its operands are evaluated.
-template <class T>
+// What a score chain is made of, while its operands are evaluated; K may
+// be stored as S (2-byte), the rest is T.
+template <class T, class S = T>
 struct score_parts {
-  operand<T> q, k, bias, col, row;
+  operand<T> q, bias, col, row;
+  operand<S> k;
   long double scale = 1, bias_scale = 1, col_scale = 1, row_scale = 1;  // one rounding to T at the end
   bool has_bias = false;
   bool row_term = false;  // a score_mod is around the core: a row's constant term counts
@@ -71,10 +80,40 @@ struct chain_extension {
   }
 };
 
+// x's value in T (float) as the kernel reads it: x's own memory, or, where x
+// reads 2-byte leaves, an owned float copy.
+template <class Policy, class T, class X>
+operand<T> compute_operand(const X& x) {
+  if constexpr (!reads_half<X>()) {
+    return node_operand<Policy>(x);
+  } else if constexpr (leaf<X>) {
+    operand<T> r{aligned_buffer<T>(x.rows() * x.cols(), aligned_buffer<T>::uninitialized), {}};
+    const auto out = dense(r.owned.data(), x.rows(), x.cols(), x.cols());
+    for (std::size_t i = 0; i < x.rows(); ++i)
+      for (std::size_t j = 0; j < x.cols(); ++j) out(i, j) = static_cast<T>(x(i, j));
+    r.view = out.as_const();
+    return r;
+  } else {
+    const auto wide = widen(x);
+    operand<T> r = node_operand<Policy>(wide);
+    if (r.owned.data() == nullptr && r.view.rows * r.view.cols != 0) {  // a view, maybe into `wide`: copied
+      operand<T> c{aligned_buffer<T>(r.view.rows * r.view.cols, aligned_buffer<T>::uninitialized), {}};
+      const auto out = dense(c.owned.data(), r.view.rows, r.view.cols, r.view.cols);
+      copy_strided(r.view, out);
+      c.view = out.as_const();
+      return c;
+    }
+    return r;
+  }
+}
+
 // A chain's traits: the slots it fills and the first rule it broke
 // (eval/fusion_rules.hpp), and its functors. Anything else is no chain.
 struct chain_base {
   static constexpr chain_slots slots = not_a_chain;
+  // The keys' leaf, for a chain whose kernel may read them as stored (the
+  // dot product): a pointer to it in s (null for a null s); void otherwise.
+  static constexpr void keys_of(const void*) {}
   static constexpr std::string_view core_name = "";  // the similarity, as explain(e) names it
   using term_type = none;
   using mod_type = none;
@@ -100,10 +139,12 @@ template <class Q, class K>
 struct score_chain<product_expr<Q, K>> : chain_base {
   static constexpr chain_slots slots = core_slots;
   static constexpr std::string_view core_name = "dot";
-  template <class Policy, class T, class Ext>
-  static void describe(const product_expr<Q, K>& e, score_parts<T>& parts, Ext&) {
-    parts.q = node_operand<Policy>(e.lhs());
-    parts.k = node_operand<Policy>(e.rhs().arg());
+  static constexpr auto keys_of(const product_expr<Q, K>* s) { return arg_of(rhs_of(s)); }
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const product_expr<Q, K>& e, score_parts<T, KV>& parts, Ext&) {
+    parts.q = compute_operand<Policy, T>(e.lhs());
+    if constexpr (std::is_same_v<KV, T>) parts.k = compute_operand<Policy, T>(e.rhs().arg());
+    else parts.k.view = leaf_view(e.rhs().arg());
   }
 };
 
@@ -115,8 +156,8 @@ template <class Q, class K>
 struct score_chain<neg_sq_l2_expr<Q, K>> : chain_base {
   static constexpr chain_slots slots = core_slots;
   static constexpr std::string_view core_name = "neg_sq_l2";
-  template <class Policy, class T, class Ext>
-  static void describe(const neg_sq_l2_expr<Q, K>& e, score_parts<T>& parts, Ext&) {
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const neg_sq_l2_expr<Q, K>& e, score_parts<T, KV>& parts, Ext&) {
     parts.q = node_operand<Policy>(e.lhs());
     parts.k = node_operand<Policy>(e.rhs());
     const std::size_t m = parts.k.view.rows;
@@ -140,8 +181,8 @@ struct score_chain<similarity_expr<Q, K, F>> : chain_base {
   static constexpr chain_slots slots = core_slots;
   static constexpr std::string_view core_name = similarity_name<F>;
   using term_type = F;
-  template <class Policy, class T, class Ext>
-  static void describe(const similarity_expr<Q, K, F>& e, score_parts<T>& parts, Ext& ext) {
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const similarity_expr<Q, K, F>& e, score_parts<T, KV>& parts, Ext& ext) {
     parts.q = similarity_operand<Policy>(similarity_queries(e.function(), e.lhs()));
     parts.k = similarity_operand<Policy>(similarity_keys(e.function(), e.rhs()));
     ext.term_f.emplace(e.function());
@@ -152,8 +193,9 @@ template <class X, class S, scale_op Op>
 struct score_chain<scaled_expr<X, S, Op>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
   static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::scale);
-  template <class Policy, class T, class Ext>
-  static void describe(const scaled_expr<X, S, Op>& e, score_parts<T>& parts, Ext& ext) {
+  static constexpr auto keys_of(const scaled_expr<X, S, Op>* s) { return inner::keys_of(arg_of(s)); }
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const scaled_expr<X, S, Op>& e, score_parts<T, KV>& parts, Ext& ext) {
     inner::template describe<Policy>(e.arg(), parts, ext);
     const auto c = static_cast<long double>(e.factor());
     if constexpr (Op == scale_op::multiply) {
@@ -167,8 +209,11 @@ struct score_chain<scaled_expr<X, S, Op>> : score_chain<bare_t<X>> {
 template <class X>
 struct score_chain<causal_expr<X>> : score_chain<bare_t<X>> {
   static constexpr chain_slots slots = add_slot(score_chain<bare_t<X>>::slots, chain_slot::causal);
-  template <class Policy, class T, class Ext>
-  static void describe(const causal_expr<X>& e, score_parts<T>& parts, Ext& ext) {
+  static constexpr auto keys_of(const causal_expr<X>* s) {
+    return score_chain<bare_t<X>>::keys_of(arg_of(s));
+  }
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const causal_expr<X>& e, score_parts<T, KV>& parts, Ext& ext) {
     score_chain<bare_t<X>>::template describe<Policy>(e.arg(), parts, ext);
     parts.causal = true;
   }
@@ -178,8 +223,9 @@ template <class X, class M>
 struct score_chain<masked_expr<X, M>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
   static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::mask);
-  template <class Policy, class T, class Ext>
-  static void describe(const masked_expr<X, M>& e, score_parts<T>& parts, Ext& ext) {
+  static constexpr auto keys_of(const masked_expr<X, M>* s) { return inner::keys_of(arg_of(s)); }
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const masked_expr<X, M>& e, score_parts<T, KV>& parts, Ext& ext) {
     inner::template describe<Policy>(e.arg(), parts, ext);
     parts.mask.view = leaf_view(e.mask());
   }
@@ -189,9 +235,10 @@ template <class X, class P>
 struct score_chain<predicate_masked_expr<X, P>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
   static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::predicate);
+  static constexpr auto keys_of(const predicate_masked_expr<X, P>* s) { return inner::keys_of(arg_of(s)); }
   using keep_type = P;
-  template <class Policy, class T, class Ext>
-  static void describe(const predicate_masked_expr<X, P>& e, score_parts<T>& parts, Ext& ext) {
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const predicate_masked_expr<X, P>& e, score_parts<T, KV>& parts, Ext& ext) {
     inner::template describe<Policy>(e.arg(), parts, ext);
     ext.keep_f.emplace(e.predicate());
   }
@@ -203,9 +250,10 @@ template <class X, class F>
 struct score_chain<score_mod_expr<X, F>> : score_chain<bare_t<X>> {
   using inner = score_chain<bare_t<X>>;
   static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::modifier);
+  static constexpr auto keys_of(const score_mod_expr<X, F>* s) { return inner::keys_of(arg_of(s)); }
   using mod_type = F;
-  template <class Policy, class T, class Ext>
-  static void describe(const score_mod_expr<X, F>& e, score_parts<T>& parts, Ext& ext) {
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const score_mod_expr<X, F>& e, score_parts<T, KV>& parts, Ext& ext) {
     parts.row_term = true;
     inner::template describe<Policy>(e.arg(), parts, ext);
     ext.mod_f.emplace(e.function());
@@ -226,15 +274,19 @@ struct score_chain<elementwise_expr<A, B, Op>> : bias_sides<A, B, Op>::inner {
   using inner = typename bias_sides<A, B, Op>::inner;
   static constexpr bool left = bias_sides<A, B, Op>::left;
   static constexpr chain_slots slots = bias_sides<A, B, Op>::slots;
-  template <class Policy, class T, class Ext>
-  static void describe(const elementwise_expr<A, B, Op>& e, score_parts<T>& parts, Ext& ext) {
+  static constexpr auto keys_of(const elementwise_expr<A, B, Op>* s) {
+    if constexpr (left) return inner::keys_of(lhs_of(s));
+    else return inner::keys_of(rhs_of(s));
+  }
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const elementwise_expr<A, B, Op>& e, score_parts<T, KV>& parts, Ext& ext) {
     if constexpr (left) {
       inner::template describe<Policy>(e.lhs(), parts, ext);
-      parts.bias = node_operand<Policy>(e.rhs());
+      parts.bias = compute_operand<Policy, T>(e.rhs());
       parts.bias_scale = Op == elementwise_op::add ? 1 : -1;
     } else {
       inner::template describe<Policy>(e.rhs(), parts, ext);
-      parts.bias = node_operand<Policy>(e.lhs());
+      parts.bias = compute_operand<Policy, T>(e.lhs());
       parts.bias_scale = 1;
     }
     parts.has_bias = true;
@@ -260,12 +312,58 @@ template <class E>
 inline constexpr bool has_fused_form = fused_form<bare_t<E>>::value;
 
 
-// The operands of one fused attention, kept alive until the kernel has run.
-template <class T>
-struct fused_operands {
-  score_parts<T> parts;
-  operand<T> v;
+// The element type K and V reach the kernel in: their storage type where
+// both are leaves of one 2-byte type read by the compiled kernels (the dot
+// product, no functors of the user's); otherwise what e computes in.
+template <class E, class C = compute_t<value_type_t<E>>>
+struct kv_storage {
+  using type = C;
 };
+
+template <class E, class C>
+  requires has_fused_form<E>
+struct kv_storage<E, C> {
+  using scores = typename fused_form<E>::scores;
+  using keys = std::remove_pointer_t<decltype(score_chain<scores>::keys_of(nullptr))>;
+  using values = bare_t<decltype(std::declval<const E&>().rhs())>;
+  template <class L>
+  static constexpr bool storage_leaf = leaf<L> || tensor_leaf<L>;
+  static constexpr auto pick() {
+    if constexpr (!std::is_void_v<keys> && chain_extension_t<scores>::empty) {
+      if constexpr (storage_leaf<keys> && storage_leaf<values>) {
+        using S = std::remove_const_t<value_type_t<keys>>;
+        if constexpr (half_element<S> && std::is_same_v<S, std::remove_const_t<value_type_t<values>>>)
+          return std::type_identity<S>{};
+        else return std::type_identity<C>{};
+      } else {
+        return std::type_identity<C>{};
+      }
+    } else {
+      return std::type_identity<C>{};
+    }
+  }
+  using type = typename decltype(pick())::type;
+};
+
+template <class E>
+using kv_storage_t = typename kv_storage<bare_t<E>>::type;
+
+// Whether eval(e) hands e's K and V to the kernel in their 2-byte storage.
+template <class E>
+inline constexpr bool reads_kv_as_stored = half_element<kv_storage_t<E>>;
+
+// The operands of one fused attention, kept alive until the kernel has run.
+template <class T, class S = T>
+struct fused_operands {
+  score_parts<T, S> parts;
+  operand<S> v;
+};
+
+template <class E>
+using fused_operands_t = fused_operands<compute_t<value_type_t<E>>, kv_storage_t<E>>;
+
+template <class E>
+using fused_problem_t = kernels::attention_problem<compute_t<value_type_t<E>>, kv_storage_t<E>>;
 
 template <class E>
 using fused_extension_t = chain_extension_t<typename fused_form<E>::scores>;
@@ -273,20 +371,21 @@ using fused_extension_t = chain_extension_t<typename fused_form<E>::scores>;
 // The kernel's problem for e written into out; e's operands that are not
 // storage are evaluated (by Policy) into `keep`.
 template <class Policy, class E>
-kernels::attention_problem<value_type_t<E>> attention_problem_of(const E& e, kernels::strided<value_type_t<E>> out,
-                                                                  fused_operands<value_type_t<E>>& keep,
-                                                                  fused_extension_t<E>& ext) {
-  using T = value_type_t<E>;
+fused_problem_t<E> attention_problem_of(const E& e, kernels::strided<compute_t<value_type_t<E>>> out,
+                                        fused_operands_t<E>& keep, fused_extension_t<E>& ext) {
+  using T = compute_t<value_type_t<E>>;
+  using S = kv_storage_t<E>;
   using chain = score_chain<typename fused_form<E>::scores>;
-  score_parts<T>& parts = keep.parts;
+  score_parts<T, S>& parts = keep.parts;
   chain::template describe<Policy>(e.lhs().arg(), parts, ext);
-  keep.v = node_operand<Policy>(e.rhs());
-  const operand<T>& v = keep.v;
+  if constexpr (std::is_same_v<S, T>) keep.v = compute_operand<Policy, T>(e.rhs());
+  else keep.v.view = leaf_view(e.rhs());
+  const operand<S>& v = keep.v;
   make_rows_contiguous(parts.q);
   make_rows_contiguous(parts.bias);
   make_rows_contiguous(parts.mask);
 
-  kernels::attention_problem<T> problem;
+  fused_problem_t<E> problem;
   problem.q = parts.q.view;
   problem.k = parts.k.view;
   problem.v = v.view;
@@ -310,15 +409,16 @@ kernels::attention_problem<value_type_t<E>> attention_problem_of(const E& e, ker
 }
 
 // The compiled kernels, or with an extension the kernel instantiated here.
-template <class T, class Ext>
-void run_attention(const kernels::attention_problem<T>* problems, std::size_t count, const Ext& ext) {
+template <class T, class S, class Ext>
+void run_attention(const kernels::attention_problem<T, S>* problems, std::size_t count, const Ext& ext) {
   if constexpr (Ext::empty) kernels::attention(problems, count);
   else kernels::attention_with(problems, count, ext);
 }
 
+// e's fused attention into out; for 2-byte inputs out is float.
 template <class Policy, class E>
-void fused_into(const E& e, kernels::strided<value_type_t<E>> out) {
-  fused_operands<value_type_t<E>> keep;
+void fused_into(const E& e, kernels::strided<compute_t<value_type_t<E>>> out) {
+  fused_operands_t<E> keep;
   fused_extension_t<E> ext;
   const auto problem = attention_problem_of<Policy>(e, out, keep, ext);
   run_attention(&problem, 1, ext);

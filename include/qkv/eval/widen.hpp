@@ -7,7 +7,7 @@
 #pragma once
 
 #include "../expr/node.hpp"
-#include "batched.hpp"
+#include "../shape/batch.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/tensor.hpp"
 #include "../storage/tensor_view.hpp"

@@ -5,6 +5,7 @@
 #include "attention_problem.hpp"
 #include "blocking.hpp"
 #include "strided.hpp"
+#include "../storage/float16.hpp"
 
 #include <cstddef>
 #include <string_view>
@@ -53,6 +54,12 @@ void attention(const attention_problem<double>& problem);
 // results are those of the problems computed one by one.
 void attention(const attention_problem<float>* problems, std::size_t count);
 void attention(const attention_problem<double>* problems, std::size_t count);
+
+// The same in float over K and V stored as bf16 or f16, read as floats
+// (exactly) while they are packed or, decoding, streamed: the results are
+// those of the float kernel on float copies of them.
+void attention(const attention_problem<float, bf16>* problems, std::size_t count);
+void attention(const attention_problem<float, f16>* problems, std::size_t count);
 
 // The block sizes of the fused attention on the instruction set that runs,
 // for elements of element_bytes (4: float, 8: double).

@@ -49,7 +49,8 @@ struct isa_avx2 {
   static bool runs_here() noexcept {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    // F16C: the f16 conversions of the 2-byte kernels (every AVX2 CPU has it).
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
 #else
     return false;
 #endif

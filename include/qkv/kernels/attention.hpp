@@ -20,6 +20,7 @@
 #include "term_tile.hpp"
 
 #include <cstddef>
+#include <type_traits>
 
 namespace qkv::kernels {
 
@@ -46,7 +47,12 @@ struct attention_kernel {
     return B.scratch_size(n, m, dv);
   }
 
-  static void pack(const attention_problem<T>& p, T* shared) { prefill::pack(p, shared); }
+  // K and V may be stored as S (bf16 or f16 for float): pack and the decode
+  // parts read them; every other step reads the packed copy, or nothing.
+  template <class S>
+  static void pack(const attention_problem<T, S>& p, T* shared) {
+    prefill::pack(p, shared);
+  }
 
   static void blocks(const attention_problem<T>& p, const T* shared, std::size_t b0, std::size_t b1, T* scratch) {
     for (std::size_t b = b0; b < b1; ++b) prefill::block(p, shared, b, scratch, Ext{});
@@ -59,7 +65,8 @@ struct attention_kernel {
 
   static constexpr std::size_t decode_parts(std::size_t n, std::size_t m) { return B.decode_parts(n, m); }
   static constexpr std::size_t decode_part_size(std::size_t n, std::size_t dv) { return B.decode_part_size(n, dv); }
-  static void decode_part(const attention_problem<T>& p, std::size_t part, T* scratch, T* part_out) {
+  template <class S>
+  static void decode_part(const attention_problem<T, S>& p, std::size_t part, T* scratch, T* part_out) {
     decoder::part(p, part, scratch, part_out);
   }
   static void decode_merge(const attention_problem<T>& p, const T* parts, std::size_t count) {
@@ -68,10 +75,12 @@ struct attention_kernel {
 
   // Every part in order, into `parts` (decode_parts · decode_part_size
   // values), then the merge: the same result as the parts spread over threads.
-  static void decode(const attention_problem<T>& p, T* scratch, T* parts) {
+  template <class S>
+  static void decode(const attention_problem<T, S>& p, T* scratch, T* parts) {
     const std::size_t count = decode_parts(p.q.rows, p.k.rows), size = decode_part_size(p.q.rows, p.v.cols);
     for (std::size_t q = 0; q < count; ++q) decode_part(p, q, scratch, parts + q * size);
-    decode_merge(p, parts, count);
+    if constexpr (std::is_same_v<S, T>) decode_merge(p, parts, count);
+    else decode_merge(p.without_kv_data(), parts, count);
   }
 
   // The pieces the extension path and the node-by-node evaluation of the

@@ -10,17 +10,21 @@
 // merge only divides, as a single pass would.
 //
 // A value row whose weight is 0 (a key the row may not see) is never read.
+// K and V may be stored as bf16 or f16 (S), converted as they stream past:
+// decoding is bound by the bytes it reads.
 #pragma once
 
 #include "arch_traits.hpp"
 #include "attention_problem.hpp"
 #include "blocking.hpp"
+#include "load_float.hpp"
 #include "online_softmax.hpp"
 #include "score_transform.hpp"
 
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace qkv::kernels {
 
@@ -39,21 +43,23 @@ struct attention_decode {
 
   // Part `part` of the keys (blocking::decode_parts), into part_out
   // (decode_part_size values); scratch holds decode_scratch_size.
-  static void part(const attention_problem<T>& p, std::size_t part, T* scratch, T* part_out) {
+  template <class S>
+  static void part(const attention_problem<T, S>& p, std::size_t part, T* scratch, T* part_out) {
     const std::size_t n = p.q.rows, m = p.k.rows, dv = p.v.cols;
     const std::size_t j0 = part * B.decode_split, j1 = min(j0 + B.decode_split, m);
     T* u = scratch;
     T* leftover = u + aligned(round_up(min(m, B.decode_split), W));
     T* stats = part_out;
+    const attention_problem<T> g = without_kv_data(p);
     for (std::size_t i = 0; i < n; ++i) {
       T* o = part_out + aligned(2 * n) + i * aligned(round_up(dv, W));
       for (std::size_t c = 0; c < round_up(dv, W); ++c) o[c] = T(0);
       T mx = softmax::neg_inf, l = T(0);
-      const std::size_t end = min(scores_of::key_end(p, i), j1);
+      const std::size_t end = min(scores_of::key_end(g, i), j1);
       if (end > j0) {
         const std::size_t count = end - j0;
         scores(p, p.q.ptr(i, 0), j0, count, u);
-        mx = softmax::whole_row(u, count, scores_of::apply(p, i, j0, count, u), l);
+        mx = softmax::whole_row(u, count, scores_of::apply(g, i, j0, count, u), l);
         weighted_sum(p, u, j0, count, o, leftover);
       }
       stats[2 * i] = mx;
@@ -90,7 +96,8 @@ struct attention_decode {
 
  private:
   // u[j] = q · k_{j0+j} for j < count.
-  static void scores(const attention_problem<T>& p, const T* q, std::size_t j0, std::size_t count, T* u) {
+  template <class S>
+  static void scores(const attention_problem<T, S>& p, const T* q, std::size_t j0, std::size_t count, T* u) {
     constexpr std::size_t KB = 8;  // keys whose dot products run side by side
     const std::size_t dk = p.q.cols, body = dk - dk % W;
     std::size_t j = 0;
@@ -101,12 +108,12 @@ struct attention_decode {
         for (std::size_t c = 0; c < body; c += W) {
           const batch qc = batch::load_unaligned(q + c);
           for (std::size_t t = 0; t < KB; ++t)
-            acc[t] = xsimd::fma(qc, batch::load_unaligned(p.k.ptr(j0 + j + t, c)), acc[t]);
+            acc[t] = xsimd::fma(qc, load(p.k.ptr(j0 + j + t, c)), acc[t]);
         }
         // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
         for (std::size_t t = 0; t < KB; ++t) {
           T x = xsimd::hadd(acc[t]);
-          for (std::size_t c = body; c < dk; ++c) x += q[c] * p.k(j0 + j + t, c);
+          for (std::size_t c = body; c < dk; ++c) x += q[c] * static_cast<T>(p.k(j0 + j + t, c));
           u[j + t] = x;
         }
       }
@@ -117,7 +124,8 @@ struct attention_decode {
   // o = Σ_j u_j v_{j0+j} over j < count, in partial sums of sum_chunk keys;
   // zero weights are skipped. o (round_up(dv, W) values) is zero on entry;
   // leftover holds dv values.
-  static void weighted_sum(const attention_problem<T>& p, const T* u, std::size_t j0, std::size_t count, T* o,
+  template <class S>
+  static void weighted_sum(const attention_problem<T, S>& p, const T* u, std::size_t j0, std::size_t count, T* o,
                            T* leftover) {
     const std::size_t dv = p.v.cols;
     std::size_t c0 = 0;
@@ -138,8 +146,8 @@ struct attention_decode {
 
   // Output columns [c0, …) in groups of NV vectors held in registers while
   // the value rows stream past; returns the first column not done.
-  template <std::size_t NV>
-  static std::size_t weighted_columns(const attention_problem<T>& p, const T* u, std::size_t j0, std::size_t count,
+  template <std::size_t NV, class S>
+  static std::size_t weighted_columns(const attention_problem<T, S>& p, const T* u, std::size_t j0, std::size_t count,
                                       T* o, std::size_t c0) {
     for (; c0 + NV * W <= p.v.cols; c0 += NV * W) {
       batch acc[NV];
@@ -150,8 +158,8 @@ struct attention_decode {
         for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
           if (u[j] == T(0)) continue;
           const batch w(u[j]);
-          const T* vj = p.v.ptr(j0 + j, c0);
-          for (std::size_t r = 0; r < NV; ++r) part[r] = xsimd::fma(w, batch::load_unaligned(vj + r * W), part[r]);
+          const S* vj = p.v.ptr(j0 + j, c0);
+          for (std::size_t r = 0; r < NV; ++r) part[r] = xsimd::fma(w, load(vj + r * W), part[r]);
         }
         for (std::size_t r = 0; r < NV; ++r) acc[r] += part[r];
       }
@@ -160,28 +168,41 @@ struct attention_decode {
     return c0;
   }
 
-  static T dot(const T* q, const T* k, std::ptrdiff_t kcs, std::size_t d) {
+  template <class S>
+  static T dot(const T* q, const S* k, std::ptrdiff_t kcs, std::size_t d) {
     std::size_t c = 0;
     T tail = T(0);
     batch acc0(T(0)), acc1(T(0));
     if (kcs == 1) {
       for (; c + 2 * W <= d; c += 2 * W) {
-        acc0 = xsimd::fma(batch::load_unaligned(q + c), batch::load_unaligned(k + c), acc0);
-        acc1 = xsimd::fma(batch::load_unaligned(q + c + W), batch::load_unaligned(k + c + W), acc1);
+        acc0 = xsimd::fma(batch::load_unaligned(q + c), load(k + c), acc0);
+        acc1 = xsimd::fma(batch::load_unaligned(q + c + W), load(k + c + W), acc1);
       }
-      for (; c + W <= d; c += W) acc0 = xsimd::fma(batch::load_unaligned(q + c), batch::load_unaligned(k + c), acc0);
+      for (; c + W <= d; c += W) acc0 = xsimd::fma(batch::load_unaligned(q + c), load(k + c), acc0);
     }
-    for (; c < d; ++c) tail += q[c] * k[static_cast<std::ptrdiff_t>(c) * kcs];
+    for (; c < d; ++c) tail += q[c] * static_cast<T>(k[static_cast<std::ptrdiff_t>(c) * kcs]);
     return xsimd::hadd(acc0 + acc1) + tail;
   }
 
-  static void axpy(T a, const T* x, std::ptrdiff_t xcs, T* y, std::size_t d) {
+  template <class S>
+  static void axpy(T a, const S* x, std::ptrdiff_t xcs, T* y, std::size_t d) {
     std::size_t c = 0;
     const batch va(a);
     if (xcs == 1)
-      for (; c + W <= d; c += W)
-        xsimd::fma(va, batch::load_unaligned(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
-    for (; c < d; ++c) y[c] += a * x[static_cast<std::ptrdiff_t>(c) * xcs];
+      for (; c + W <= d; c += W) xsimd::fma(va, load(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
+    for (; c < d; ++c) y[c] += a * static_cast<T>(x[static_cast<std::ptrdiff_t>(c) * xcs]);
+  }
+
+  template <class S>
+  static batch load(const S* p) {
+    if constexpr (std::is_same_v<S, T>) return batch::load_unaligned(p);
+    else return load_float<Arch>(p);
+  }
+
+  template <class S>
+  static attention_problem<T> without_kv_data(const attention_problem<T, S>& p) {
+    if constexpr (std::is_same_v<S, T>) return p;
+    else return p.without_kv_data();
   }
 };
 

@@ -6,7 +6,7 @@
 // row sums once at the end. No n×m buffer exists.
 //
 // K and V are packed once per call (O(m·d) extra memory, read by every query
-// block); Q and the weights are read in place through row pointers. Key
+// block), converted to T there when they are stored as bf16 or f16; Q and the weights are read in place through row pointers. Key
 // blocks past the causal diagonal, or emptied by the masks, are skipped.
 //
 // A key a row may not see has weight exactly 0, and its value row must not
@@ -43,7 +43,10 @@ struct attention_prefill {
   static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
   static constexpr std::size_t aligned(std::size_t elements) { return B.aligned(elements); }
 
-  static void pack(const attention_problem<T>& p, T* shared) {
+  // K and V as the tiles read them, converted to T where they are stored
+  // otherwise (S: bf16 or f16).
+  template <class S>
+  static void pack(const attention_problem<T, S>& p, T* shared) {
     const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     T* vp = shared + B.packed_k_size(m, dk);
     tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared);

@@ -1,18 +1,22 @@
 // What the fused attention kernel is asked to compute, in plain pointers and
 // strides: O = softmax(scale·(Q Kᵀ) + bias_scale·B + col_scale·1cᵀ + row_scale·r1ᵀ,
 // modified, masked) V.
-// The kernel knows nothing of the expression it came from.
+// The kernel knows nothing of the expression it came from. K and V may be
+// stored as S (bf16 or f16 for a float kernel), read as T exactly.
 #pragma once
 
 #include "strided.hpp"
 
 namespace qkv::kernels {
 
-template <class T>
+template <class T, class S = T>
 struct attention_problem {
+  using value_type = T;    // what it computes in: q, out, biases
+  using storage_type = S;  // what k and v hold
+
   strided<const T> q;    // n×dk, unit column stride
-  strided<const T> k;    // m×dk
-  strided<const T> v;    // m×dv
+  strided<const S> k;    // m×dk
+  strided<const S> v;    // m×dv
   strided<T> out;        // n×dv, unit column stride
   T scale = T(1);        // multiplies q·k
   strided<const T> bias{nullptr, 0, 0, 0, 1};  // n×m, unit column stride; none when data is null
@@ -24,6 +28,15 @@ struct attention_problem {
   T row_scale = T(1);
   bool causal = false;   // keys j > i + (m − n) excluded
   strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
+
+  // The same problem with K and V as extents alone (null data): all that the
+  // kernel's steps after packing read of them.
+  attention_problem<T> without_kv_data() const {
+    attention_problem<T> p{q, {nullptr, k.rows, k.cols, 0, 1}, {nullptr, v.rows, v.cols, 0, 1}, out, scale};
+    p.bias = bias, p.bias_scale = bias_scale, p.col_bias = col_bias, p.col_scale = col_scale;
+    p.row_bias = row_bias, p.row_scale = row_scale, p.causal = causal, p.mask = mask;
+    return p;
+  }
 };
 
 }  // namespace qkv::kernels

@@ -34,14 +34,14 @@ namespace qkv::kernels {
 //   finish(p, kept)  after all of p's pieces
 namespace schedule_detail {
 
-template <class T>
-bool same_view(const strided<const T>& a, const strided<const T>& b) {
+template <class S>
+bool same_view(const strided<const S>& a, const strided<const S>& b) {
   return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride &&
          a.col_stride == b.col_stride;
 }
 
-template <class T>
-bool empty(const attention_problem<T>& p) {
+template <class P>
+bool empty(const P& p) {
   return p.q.rows == 0 || p.v.cols == 0;
 }
 
@@ -56,10 +56,10 @@ T* thread_buffer(std::size_t elements) {
 
 // K and V of a group packed into the calling thread's buffer, from its first
 // problem that packs anything; null when none does.
-template <class Kernel, class T>
-const T* pack_group(const Kernel& kernel, const attention_problem<T>* group, std::size_t count) {
+template <class Kernel, class P, class T = typename P::value_type>
+const T* pack_group(const Kernel& kernel, const P* group, std::size_t count) {
   for (std::size_t x = 0; x < count; ++x) {
-    const attention_problem<T>& p = group[x];
+    const P& p = group[x];
     if (empty(p)) continue;
     const std::size_t size = kernel.shared_size(p);
     if (size == 0) continue;
@@ -71,11 +71,11 @@ const T* pack_group(const Kernel& kernel, const attention_problem<T>* group, std
 }
 
 // A whole group on the calling thread.
-template <class Kernel, class T>
-void run_group(const Kernel& kernel, const attention_problem<T>* group, std::size_t count) {
+template <class Kernel, class P, class T = typename P::value_type>
+void run_group(const Kernel& kernel, const P* group, std::size_t count) {
   const T* shared = pack_group(kernel, group, count);
   for (std::size_t x = 0; x < count; ++x) {
-    const attention_problem<T>& p = group[x];
+    const P& p = group[x];
     if (empty(p)) continue;
     T* scratch = thread_buffer<T, 1>(kernel.scratch_size(p));
     T* kept = thread_buffer<T, 2>(kernel.kept_size(p));
@@ -87,8 +87,8 @@ void run_group(const Kernel& kernel, const attention_problem<T>* group, std::siz
 
 // A group packed by the caller, then the pieces of all its problems spread
 // over the pool, then each problem finished by the caller.
-template <class Kernel, class T>
-void spread_group(const Kernel& kernel, const attention_problem<T>* group, std::size_t count) {
+template <class Kernel, class P, class T = typename P::value_type>
+void spread_group(const Kernel& kernel, const P* group, std::size_t count) {
   const T* shared = pack_group(kernel, group, count);
   // Problem x has pieces [first[x], first[x + 1]) and keeps at kept_at[x].
   std::vector<std::size_t> first(count + 1, 0), kept_at(count + 1, 0);
@@ -101,7 +101,7 @@ void spread_group(const Kernel& kernel, const attention_problem<T>* group, std::
   detail::parallel_for(first[count], [&](std::size_t piece) {
     const auto after = std::upper_bound(first.begin(), first.end(), piece);  // past the piece's problem
     const std::size_t x = static_cast<std::size_t>(after - first.begin()) - 1;
-    const attention_problem<T>& p = group[x];
+    const P& p = group[x];
     kernel.piece(p, shared, piece - first[x], thread_buffer<T, 1>(kernel.scratch_size(p)), kept + kept_at[x]);
   });
   for (std::size_t x = 0; x < count; ++x)
@@ -110,8 +110,9 @@ void spread_group(const Kernel& kernel, const attention_problem<T>* group, std::
 
 }  // namespace schedule_detail
 
-template <class Kernel, class T>
-void schedule_attention(const Kernel& kernel, const attention_problem<T>* problems, std::size_t count) {
+// P: an attention_problem, of any element and storage types.
+template <class Kernel, class P>
+void schedule_attention(const Kernel& kernel, const P* problems, std::size_t count) {
   using namespace schedule_detail;
   std::vector<std::size_t> starts;  // group g: problems [starts[g], starts[g + 1])
   for (std::size_t x = 0; x < count; ++x)

@@ -7,10 +7,12 @@
 
 #include "arch_traits.hpp"
 #include "blocking.hpp"
+#include "load_float.hpp"
 
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace qkv::kernels {
 
@@ -71,14 +73,16 @@ struct register_tile {
   // cols columns) as the B operand of x·something-transposed: panel by panel
   // of NR rows, each panel holding, for p < cols, the NR values x(j, p).
   // Rows past count are zero. out must hold round_up(count, NR)·cols values.
-  static void pack_transposed(const T* x, std::ptrdiff_t ldx, std::ptrdiff_t cs, std::size_t count,
+  // x may be stored as S (bf16 or f16 for a float tile): converted here.
+  template <class S>
+  static void pack_transposed(const S* x, std::ptrdiff_t ldx, std::ptrdiff_t cs, std::size_t count,
                               std::size_t cols, T* out) {
     for (std::size_t jp = 0; jp < count; jp += NR) {
       const std::size_t nr = count - jp < NR ? count - jp : NR;
       for (std::size_t j = 0; j < NR; ++j) {
         if (j < nr) {
-          const T* row = x + static_cast<std::ptrdiff_t>(jp + j) * ldx;
-          for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = row[static_cast<std::ptrdiff_t>(p) * cs];
+          const S* row = x + static_cast<std::ptrdiff_t>(jp + j) * ldx;
+          for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = static_cast<T>(row[static_cast<std::ptrdiff_t>(p) * cs]);
         } else {
           for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = T(0);
         }
@@ -90,21 +94,30 @@ struct register_tile {
   // Packs a row-major matrix x (rows × cols) as a B operand: panel by panel
   // of NR columns, each panel holding, for every row p, its NR values.
   // Columns past cols are zero. out must hold rows·round_up(cols, NR) values.
-  static void pack(const T* x, std::ptrdiff_t ldx, std::ptrdiff_t cs, std::size_t rows, std::size_t cols, T* out) {
+  // x may be stored as S, as above.
+  template <class S>
+  static void pack(const S* x, std::ptrdiff_t ldx, std::ptrdiff_t cs, std::size_t rows, std::size_t cols, T* out) {
     for (std::size_t jp = 0; jp < cols; jp += NR) {
       const std::size_t nr = cols - jp < NR ? cols - jp : NR;
       for (std::size_t p = 0; p < rows; ++p) {
-        const T* src = x + static_cast<std::ptrdiff_t>(p) * ldx + static_cast<std::ptrdiff_t>(jp) * cs;
+        const S* src = x + static_cast<std::ptrdiff_t>(p) * ldx + static_cast<std::ptrdiff_t>(jp) * cs;
         T* dst = out + p * NR;
         if (nr == NR && cs == 1) {
-          batch::load_unaligned(src).store_aligned(dst);
-          batch::load_unaligned(src + W).store_aligned(dst + W);
+          load(src).store_aligned(dst);
+          load(src + W).store_aligned(dst + W);
         } else {
-          for (std::size_t j = 0; j < NR; ++j) dst[j] = j < nr ? src[static_cast<std::ptrdiff_t>(j) * cs] : T(0);
+          for (std::size_t j = 0; j < NR; ++j) dst[j] = j < nr ? static_cast<T>(src[static_cast<std::ptrdiff_t>(j) * cs]) : T(0);
         }
       }
       out += NR * rows;
     }
+  }
+
+ private:
+  template <class S>
+  static batch load(const S* p) {
+    if constexpr (std::is_same_v<S, T>) return batch::load_unaligned(p);
+    else return load_float<Arch>(p);
   }
 };
 

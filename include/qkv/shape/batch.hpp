@@ -39,6 +39,13 @@ batch_extents batch_of(const E& e) {
   else return {1, 1};
 }
 
+// f(index) for every index of the batch extents b, in order.
+template <class F>
+void for_each_batch_index(batch_extents b, F&& f) {
+  for (std::size_t i = 0; i < b[0]; ++i)
+    for (std::size_t j = 0; j < b[1]; ++j) f(batch_extents{i, j});
+}
+
 constexpr bool batch_extent_agrees(std::size_t a, std::size_t b, bool grouped) noexcept {
   if (a == b || a == 1 || b == 1 || a == dyn || b == dyn) return true;
   return grouped && a != 0 && b != 0 && (a % b == 0 || b % a == 0);
