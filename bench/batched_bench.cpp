@@ -7,6 +7,8 @@
 
 #include <qkv/qkv.hpp>
 
+#include "kv_read_floor.hpp"
+
 #include <cstddef>
 #include <random>
 #include <string>
@@ -117,21 +119,14 @@ void decode_cache(benchmark::State& state, std::size_t H, std::size_t m, std::si
                                               benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-// Its floor: every element of the 2-byte K and V read once, converted and summed.
+// Its floor: every element of the 2-byte K and V read once, converted with
+// this machine's widest vectors and summed (kv_read_floor.cpp).
 template <class T>
 void read_kv_16(benchmark::State& state, std::size_t H, std::size_t m, std::size_t d) {
   tensor<T, dyn, dyn, dyn, dyn> K(1, H, m, d), V(1, H, m, d);
   for (std::size_t k = 0; k < K.size(); ++k) K.data()[k] = T(float(k % 7) / 8), V.data()[k] = T(float(k % 5) / 8);
-  auto sum = [](const T* p, std::size_t count) {
-    float acc[16] = {};
-    for (std::size_t x = 0; x + 16 <= count; x += 16)
-      for (std::size_t l = 0; l < 16; ++l) acc[l] += float(p[x + l]);
-    float s = 0;
-    for (float a : acc) s += a;
-    return s;
-  };
   for (auto _ : state) {
-    float total = sum(K.data(), K.size()) + sum(V.data(), V.size());
+    float total = bench::sum_converted(K.data(), K.size()) + bench::sum_converted(V.data(), V.size());
     benchmark::DoNotOptimize(total);
   }
   state.counters["GB/s"] = benchmark::Counter(double(K.size() + V.size()) * sizeof(T),

@@ -206,22 +206,36 @@ TEST_CASE("2-byte inputs: cost counts their float copies and the float result", 
   matrix<float, 64, 32> Qf, Kf, Vf;
   constexpr auto c16 = static_cost<decltype(softmax(Q * transpose(K)) * V)>();
   constexpr auto c32 = static_cost<decltype(softmax(Qf * transpose(Kf)) * Vf)>();
-  // Three inputs and the result, 64 × 32 floats each, held beside the float evaluation.
+  constexpr std::size_t one = 64 * 32 * sizeof(float);  // one input or the result, in float
   static_assert(c16.flops == c32.flops && c16.exps == c32.exps);
-  static_assert(c16.naive_bytes == c32.naive_bytes + 4 * 64 * 32 * sizeof(float));
-  static_assert(c16.fused_bytes == c32.fused_bytes + 4 * 64 * 32 * sizeof(float));
-  // Float queries: K and V are copied, the result is float.
+  // Node by node: three inputs and the result held in float beside the
+  // evaluation. Fused: the kernel reads K and V as stored; Q and the result.
+  static_assert(c16.naive_bytes == c32.naive_bytes + 4 * one);
+  static_assert(c16.fused_bytes == c32.fused_bytes + 2 * one);
+  // Float queries: the result is float, and fused nothing is copied.
   // (At run time, with the blocks of the set that runs.)
   const auto r32 = cost(softmax(Qf * transpose(Kf)) * Vf), mixed = cost(softmax(Qf * transpose(K)) * V);
-  CHECK(mixed.naive_bytes == r32.naive_bytes + 2 * 64 * 32 * sizeof(float));
-  CHECK(mixed.fused_bytes == r32.fused_bytes + 2 * 64 * 32 * sizeof(float));
+  CHECK(mixed.naive_bytes == r32.naive_bytes + 2 * one);
+  CHECK(mixed.fused_bytes == r32.fused_bytes);
+  // K and V of different 2-byte types, or a similarity other than the dot
+  // product: every 2-byte input is copied, fused too.
+  matrix<f16, 64, 32> Vh;
+  const auto two_types = cost(softmax(Qf * transpose(K)) * Vh);
+  CHECK(two_types.fused_bytes == r32.fused_bytes + 2 * one);
+  const auto l2 = cost(softmax(similarity(Qf, K, neg_sq_l2)) * V), l2f = cost(softmax(similarity(Qf, Kf, neg_sq_l2)) * Vf);
+  CHECK(l2.fused_bytes == l2f.fused_bytes + 2 * one);
 }
 
-TEST_CASE("2-byte inputs: explain says they are evaluated in float", "[half]") {
+TEST_CASE("2-byte inputs: explain says they are evaluated in float, K and V read as stored", "[half]") {
   matrix<bf16, 8, 16> Q, K, V;
   matrix<float, 8, 16> Qf;
   CHECK(explain(softmax(Q * transpose(K)) * V) ==
-        "in float: the 2-byte inputs converted, the result rounded once\nfused: softmax(S) * V with similarity dot\n");
-  CHECK(explain(softmax(Qf * transpose(K)) * V) ==
-        "in float: the 2-byte inputs converted\nfused: softmax(S) * V with similarity dot\n");
+        "in float: K and V read as stored, the other 2-byte inputs converted, the result rounded once\n"
+        "fused: softmax(S) * V with similarity dot\n");
+  CHECK(explain(softmax(Qf * transpose(K)) * V) == "in float: K and V read as stored\nfused: softmax(S) * V with similarity dot\n");
+  // Cosine is the dot product of normalised rows: K's are evaluated in float.
+  CHECK(explain(softmax(similarity(Qf, K, cosine)) * V) ==
+        "in float: the 2-byte inputs converted\nfused: softmax(S) * V with similarity dot\n"
+        "  node by node: normalize_rows(X)\n  node by node: normalize_rows(X)\n");
+  CHECK(explain(Q * transpose(K)) == "in float: the 2-byte inputs converted, the result rounded once\nnode by node: A * B\n");
 }

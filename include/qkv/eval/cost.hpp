@@ -258,14 +258,27 @@ constexpr std::size_t widened_bytes(const E* e) {
   }
 }
 
+// The float copies a fused evaluation does without: K and V that the
+// kernel reads as stored (eval/fused.hpp).
+template <class E>
+constexpr std::size_t stored_kv_bytes(const E* e) {
+  if constexpr (!reads_kv_as_stored<E>) {
+    return 0;
+  } else {
+    using chain = score_chain<typename fused_form<E>::scores>;
+    return widened_bytes(chain::keys_of(arg_of(lhs_of(e)))) + widened_bytes(rhs_of(e));
+  }
+}
+
 // An expression with 2-byte leaves is evaluated in float on float copies of
-// them; a 2-byte result is the float one, rounded.
+// them (but K and V the fused kernel reads as stored); a 2-byte result is
+// the float one, rounded.
 template <class E>
 constexpr cost_estimate total_cost(const E* e) {
   cost_estimate c = batched_cost(e, batch_count(e));
   std::size_t extra = widened_bytes(e);
   if constexpr (half_element<value_type_t<E>>) extra += rows_of(e) * cols_of(e) * batch_count(e) * sizeof(float);
-  c.naive_bytes += extra, c.fused_bytes += extra;
+  c.naive_bytes += extra, c.fused_bytes += extra - stored_kv_bytes(e);
   return c;
 }
 

@@ -164,14 +164,19 @@ void explain_into(const E& e, std::string& out, std::size_t depth) {
 //   fused: softmax(S) * V with similarity dot, scale, causal
 //   node by node: A * B (not fused: two biases in the scores)
 // Storage and transposes read memory in place and have no line. With bf16
-// or f16 inputs a first line says that they are evaluated in float.
+// or f16 inputs a first line says that they are evaluated in float, and
+// whether the fused kernel reads K and V in their 2-byte storage.
 template <expression E>
 std::string explain(const E& e) {
+  using bare = detail::bare_t<E>;
   std::string out;
-  if constexpr (detail::reads_half<detail::bare_t<E>>()) {
-    out = half_element<value_type_t<E>> ? "in float: the 2-byte inputs converted, the result rounded once\n"
-                                        : "in float: the 2-byte inputs converted\n";
+  if constexpr (detail::reads_kv_as_stored<bare>) {
+    out = "in float: K and V read as stored";
+    if (detail::half_leaf_count<bare>() > 2) out += ", the other 2-byte inputs converted";
+  } else if constexpr (detail::reads_half<bare>()) {
+    out = "in float: the 2-byte inputs converted";
   }
+  if constexpr (detail::reads_half<bare>()) out += half_element<value_type_t<E>> ? ", the result rounded once\n" : "\n";
   detail::explain_into(e, out, 0);
   return out;
 }

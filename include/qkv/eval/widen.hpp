@@ -34,6 +34,18 @@ constexpr bool reads_half() {
   }
 }
 
+// How many times e reads a 2-byte leaf.
+template <class E>
+constexpr std::size_t half_leaf_count() {
+  if constexpr (leaf<E> || tensor_leaf<E>) {
+    return half_element<std::remove_const_t<value_type_t<E>>> ? 1 : 0;
+  } else {
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (half_leaf_count<bare_t<std::tuple_element_t<I, operands_t<E>>>>() + ... + 0);
+    }(std::make_index_sequence<std::tuple_size_v<operands_t<E>>>{});
+  }
+}
+
 template <class L>
 struct widened_tensor;
 template <class T, std::size_t... X>
