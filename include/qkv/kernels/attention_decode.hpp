@@ -129,9 +129,14 @@ struct attention_decode {
                            T* leftover) {
     const std::size_t dv = p.v.cols;
     std::size_t c0 = 0;
+    constexpr std::size_t most = arch_traits<Arch>::vector_registers == 32 ? 8 : 4;  // vectors held in registers
     if (p.v.col_stride == 1) {
-      if constexpr (arch_traits<Arch>::vector_registers == 32) c0 = weighted_columns<8>(p, u, j0, count, o, c0);
-      c0 = weighted_columns<4>(p, u, j0, count, o, c0);
+      if (dv > most * W) {
+        c0 = streamed_columns(p, u, j0, count, o, leftover);
+      } else {
+        if constexpr (most == 8) c0 = weighted_columns<8>(p, u, j0, count, o, c0);
+        c0 = weighted_columns<4>(p, u, j0, count, o, c0);
+      }
       c0 = weighted_columns<1>(p, u, j0, count, o, c0);
     }
     if (c0 == dv) return;
@@ -142,6 +147,31 @@ struct attention_decode {
         if (u[j] != T(0)) axpy(u[j], p.v.ptr(j0 + j, c0), p.v.col_stride, leftover + c0, dv - c0);
       for (std::size_t c = c0; c < dv; ++c) o[c] += leftover[c];
     }
+  }
+
+  // Wide rows, more vectors than the registers hold: each value row read
+  // once, whole, its weighted vectors added to a partial sum kept in
+  // `part` (L1) rather than in registers. Reading the rows once in order is
+  // what decoding needs (it is bound by the bytes it reads): groups of
+  // columns in registers read every row once per group. Returns the first
+  // column not done.
+  template <class S>
+  static std::size_t streamed_columns(const attention_problem<T, S>& p, const T* u, std::size_t j0, std::size_t count,
+                                      T* o, T* part) {
+    const std::size_t body = p.v.cols - p.v.cols % W;
+    for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
+      for (std::size_t c = 0; c < body; c += W) batch(T(0)).store_unaligned(part + c);
+      for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
+        if (u[j] == T(0)) continue;
+        const batch w(u[j]);
+        const S* vj = p.v.ptr(j0 + j, 0);
+        for (std::size_t c = 0; c < body; c += W)
+          xsimd::fma(w, load(vj + c), batch::load_unaligned(part + c)).store_unaligned(part + c);
+      }
+      for (std::size_t c = 0; c < body; c += W)
+        (batch::load_aligned(o + c) + batch::load_unaligned(part + c)).store_aligned(o + c);
+    }
+    return body;
   }
 
   // Output columns [c0, …) in groups of NV vectors held in registers while
