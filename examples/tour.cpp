@@ -1,6 +1,7 @@
 // A tour of qkv along the lecture on scaled dot-product attention: the
 // worked example (§5), self-test (d), the √dk variance argument measured (§4,
-// self-test (c)), the bill of self-test (e), and fused against naive timing.
+// self-test (c)), the bill of self-test (e), fused against naive timing, and
+// 2-byte inputs (the example in bf16 and f16, decoding from a 2-byte cache).
 //   tour                 print everything
 //   tour --svg DIR       also write pictures into DIR
 //   tour --max-t N       time sequence lengths up to N only (default 4096)
@@ -202,6 +203,56 @@ void timing(const char* svg_dir, std::size_t max_t) {
   }
 }
 
+// The same attention on 2-byte inputs: computed in float, rounded once; and
+// decoding from a 2-byte key/value cache, which reads half the bytes.
+void two_byte(std::size_t max_t) {
+  std::printf("\n2-byte inputs: §5 with K, V and q stored as bf16 and as f16 (all exact in both)\n");
+  const matrix<bf16, 3, 2> K{{bf16(1), bf16(0)}, {bf16(0), bf16(1)}, {bf16(1), bf16(1)}};
+  const matrix<bf16, 3, 2> V{{bf16(10), bf16(0)}, {bf16(0), bf16(10)}, {bf16(5), bf16(5)}};
+  const matrix<bf16, 1, 2> q{{bf16(1), bf16(0)}};
+  const auto e = softmax(q * transpose(K) / sqrt(dim<2>)) * V;
+  matrix<float, 1, 2> wide;
+  eval_into(wide, e);  // a float destination: the float result, unrounded
+  const matrix<bf16, 1, 2> narrow = eval(e);  // rounded once to bf16
+  const matrix<float, 1, 2> narrow_f{{float(narrow(0, 0)), float(narrow(0, 1))}};
+  print_row("output in float", wide);
+  print_row("output rounded to bf16 (8 bits)", narrow_f);
+  const matrix<f16, 3, 2> Kh{{f16(1), f16(0)}, {f16(0), f16(1)}, {f16(1), f16(1)}};
+  const matrix<f16, 3, 2> Vh{{f16(10), f16(0)}, {f16(0), f16(10)}, {f16(5), f16(5)}};
+  const matrix<f16, 1, 2> qh{{f16(1), f16(0)}};
+  const matrix<f16, 1, 2> half = eval(softmax(qh * transpose(Kh) / sqrt(dim<2>)) * Vh);
+  print_row("output rounded to f16 (11 bits)", matrix<float, 1, 2>{{float(half(0, 0)), float(half(0, 1))}});
+  std::printf("  explain: %s", explain(e).c_str());
+  if (max_t < 1024) return;
+
+  // One float query over a long cache: K and V are read once, so their bytes set the time.
+  const std::size_t m = 65536, d = 128;
+  std::mt19937_64 gen(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  matrix<float, 1, dyn> q1(1, d), O(1, d);
+  matrix<float, dyn, dyn> Kf(m, d), Vf(m, d);
+  for (std::size_t k = 0; k < d; ++k) q1.data()[k] = u(gen);
+  for (std::size_t k = 0; k < m * d; ++k) Kf.data()[k] = u(gen), Vf.data()[k] = u(gen);
+  matrix<bf16, dyn, dyn> Kbf(m, d), Vbf(m, d);
+  matrix<f16, dyn, dyn> Khf(m, d), Vhf(m, d);
+  for (std::size_t k = 0; k < m * d; ++k) {
+    Kbf.data()[k] = bf16(Kf.data()[k]), Vbf.data()[k] = bf16(Vf.data()[k]);
+    Khf.data()[k] = f16(Kf.data()[k]), Vhf.data()[k] = f16(Vf.data()[k]);
+  }
+  const std::size_t all_threads = threads();
+  set_threads(1);
+  const float c = 1.0f / std::sqrt(float(d));
+  const double t32 = best_ms([&] { eval_into(O, softmax(q1 * transpose(Kf) * c) * Vf); }, 5);
+  const double tb = best_ms([&] { eval_into(O, softmax(q1 * transpose(Kbf) * c) * Vbf); }, 5);
+  const double th = best_ms([&] { eval_into(O, softmax(q1 * transpose(Khf) * c) * Vhf); }, 5);
+  set_threads(all_threads);
+  std::printf("  Decoding one float query over %zu keys, d = %zu, one thread (best of 5):
+"
+              "    float cache %.2f ms, bf16 cache %.2f ms (%.2fx), f16 cache %.2f ms (%.2fx)
+",
+              m, d, t32, tb, tb / t32, th, th / t32);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,5 +272,6 @@ int main(int argc, char** argv) {
   variance_argument(svg_dir);
   bill();
   timing(svg_dir, max_t);
+  two_byte(max_t);
   std::printf("\nkernels: %s\n", active_arch());
 }

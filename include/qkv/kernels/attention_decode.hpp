@@ -103,6 +103,8 @@ struct attention_decode {
     std::size_t j = 0;
     if (p.k.col_stride == 1) {
       for (; j + KB <= count; j += KB) {
+        if (j + 5 * KB <= count)
+          for (std::size_t t = 0; t < KB; ++t) prefetch_row(p.k.ptr(j0 + j + 4 * KB + t, 0), dk * sizeof(S));
         batch acc[KB];
         for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0));
         for (std::size_t c = 0; c < body; c += W) {
@@ -161,12 +163,31 @@ struct attention_decode {
     const std::size_t body = p.v.cols - p.v.cols % W;
     for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
       for (std::size_t c = 0; c < body; c += W) batch(T(0)).store_unaligned(part + c);
-      for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
-        if (u[j] == T(0)) continue;
-        const batch w(u[j]);
-        const S* vj = p.v.ptr(j0 + j, 0);
-        for (std::size_t c = 0; c < body; c += W)
-          xsimd::fma(w, load(vj + c), batch::load_unaligned(part + c)).store_unaligned(part + c);
+      const std::size_t end = min(count, jc + B.sum_chunk);
+      for (std::size_t j = jc; j < end;) {
+        // Two rows at a time where both weigh something: half the trips
+        // through `part`.
+        if (j + 16 < count) {
+          prefetch_row(p.v.ptr(j0 + j + 16, 0), p.v.cols * sizeof(S));
+          prefetch_row(p.v.ptr(j0 + j + 17, 0), p.v.cols * sizeof(S));
+        }
+        if (j + 1 < end && u[j] != T(0) && u[j + 1] != T(0)) {
+          const batch w0(u[j]), w1(u[j + 1]);
+          const S* v0 = p.v.ptr(j0 + j, 0);
+          const S* v1 = p.v.ptr(j0 + j + 1, 0);
+          for (std::size_t c = 0; c < body; c += W)
+            xsimd::fma(w1, load(v1 + c), xsimd::fma(w0, load(v0 + c), batch::load_unaligned(part + c)))
+                .store_unaligned(part + c);
+          j += 2;
+          continue;
+        }
+        if (u[j] != T(0)) {
+          const batch w(u[j]);
+          const S* vj = p.v.ptr(j0 + j, 0);
+          for (std::size_t c = 0; c < body; c += W)
+            xsimd::fma(w, load(vj + c), batch::load_unaligned(part + c)).store_unaligned(part + c);
+        }
+        ++j;
       }
       for (std::size_t c = 0; c < body; c += W)
         (batch::load_aligned(o + c) + batch::load_unaligned(part + c)).store_aligned(o + c);
@@ -221,6 +242,13 @@ struct attention_decode {
     if (xcs == 1)
       for (; c + W <= d; c += W) xsimd::fma(va, load(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
     for (; c < d; ++c) y[c] += a * static_cast<T>(x[static_cast<std::ptrdiff_t>(c) * xcs]);
+  }
+
+  // Asks for the cache lines of `bytes` from row: decoding waits on memory,
+  // and between the keys and the values of a part the hardware's own
+  // prefetch has to find each stream again.
+  static void prefetch_row(const void* row, std::size_t bytes) {
+    for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(row) + b);
   }
 
   template <class S>
