@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -222,7 +223,12 @@ void two_byte(std::size_t max_t) {
   const matrix<f16, 1, 2> qh{{f16(1), f16(0)}};
   const matrix<f16, 1, 2> half = eval(softmax(qh * transpose(Kh) / sqrt(dim<2>)) * Vh);
   print_row("output rounded to f16 (11 bits)", matrix<float, 1, 2>{{float(half(0, 0)), float(half(0, 1))}});
-  std::printf("  explain: %s", explain(e).c_str());
+  std::printf("  explain(e):\n");
+  const std::string how = explain(e);
+  for (std::size_t at = 0, end; at < how.size(); at = end + 1) {
+    end = std::min(how.find('\n', at), how.size());
+    std::printf("    %s\n", how.substr(at, end - at).c_str());
+  }
   if (max_t < 1024) return;
 
   // One float query over a long cache: K and V are read once, so their bytes set the time.
@@ -246,10 +252,8 @@ void two_byte(std::size_t max_t) {
   const double tb = best_ms([&] { eval_into(O, softmax(q1 * transpose(Kbf) * c) * Vbf); }, 5);
   const double th = best_ms([&] { eval_into(O, softmax(q1 * transpose(Khf) * c) * Vhf); }, 5);
   set_threads(all_threads);
-  std::printf("  Decoding one float query over %zu keys, d = %zu, one thread (best of 5):
-"
-              "    float cache %.2f ms, bf16 cache %.2f ms (%.2fx), f16 cache %.2f ms (%.2fx)
-",
+  std::printf("  Decoding one float query over %zu keys, d = %zu, one thread (best of 5):\n"
+              "    float cache %.2f ms, bf16 cache %.2f ms (%.2fx), f16 cache %.2f ms (%.2fx)\n",
               m, d, t32, tb, tb / t32, th, th / t32);
 }
 
