@@ -167,7 +167,7 @@ struct attention_decode {
       for (std::size_t j = jc; j < end;) {
         // Two rows at a time where both weigh something: half the trips
         // through `part`.
-        if (j + 16 < count) {
+        if (j + 17 < count) {  // rows of this part only
           prefetch_row(p.v.ptr(j0 + j + 16, 0), p.v.cols * sizeof(S));
           prefetch_row(p.v.ptr(j0 + j + 17, 0), p.v.cols * sizeof(S));
         }
