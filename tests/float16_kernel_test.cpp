@@ -109,3 +109,50 @@ TEMPLATE_TEST_CASE("kernels over 2-byte K and V give the float kernel's bits on 
       for (bool causal : {false, true}) check_shape<TestType>(sh, kcs, causal);
   }
 }
+
+TEMPLATE_TEST_CASE("decoding over wide 2-byte value rows never reads a row whose weight is 0",
+                   "[half][decode][nonfinite]", bf16, f16) {
+  // dv wider than the vectors any set keeps in registers: each value row is
+  // read whole, two rows a trip where both weigh something. Keys hidden by
+  // the mask, at even and odd positions, alone and side by side, hold NaN
+  // and ∞ in their value rows; they must reach no output.
+  using S = TestType;
+  const std::size_t w = kernels::active_blocking(sizeof(float)).lanes;
+  const std::size_t n = 2, m = 300, dk = 16, dv = 8 * w + 3;
+  ref::rng rng(17);
+  std::vector<S> k16(m * dk), v16(m * dv);
+  for (auto& x : k16) x = S(static_cast<float>(rng.uniform(-1, 1)));
+  for (auto& x : v16) x = S(static_cast<float>(rng.uniform(-1, 1)));
+  std::vector<float> q(n * dk);
+  for (auto& x : q) x = static_cast<float>(rng.uniform(-1, 1));
+  bool keep[n * m];
+  for (bool& b : keep) b = true;
+  const std::size_t hidden[] = {0, 7, 8, 9, 130, 131, 200, 299};
+  for (std::size_t j : hidden) {
+    for (std::size_t i = 0; i < n; ++i) keep[i * m + j] = false;
+    for (std::size_t c = 0; c < dv; ++c)
+      v16[j * dv + c] = S(c % 2 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity());
+  }
+  std::vector<float> kf(k16.begin(), k16.end()), vf(v16.begin(), v16.end()), out16(n * dv), out32(n * dv);
+
+  kernels::attention_problem<float, S> p16;
+  p16.q = {q.data(), n, dk, static_cast<std::ptrdiff_t>(dk), 1};
+  p16.k = {k16.data(), m, dk, static_cast<std::ptrdiff_t>(dk), 1};
+  p16.v = {v16.data(), m, dv, static_cast<std::ptrdiff_t>(dv), 1};
+  p16.out = {out16.data(), n, dv, static_cast<std::ptrdiff_t>(dv), 1};
+  p16.scale = 0.25f;
+  p16.mask = {keep, n, m, static_cast<std::ptrdiff_t>(m), 1};
+  kernels::attention_problem<float> p32;
+  p32.q = p16.q;
+  p32.k = {kf.data(), m, dk, static_cast<std::ptrdiff_t>(dk), 1};
+  p32.v = {vf.data(), m, dv, static_cast<std::ptrdiff_t>(dv), 1};
+  p32.out = {out32.data(), n, dv, static_cast<std::ptrdiff_t>(dv), 1};
+  p32.scale = p16.scale;
+  p32.mask = p16.mask;
+  kernels::attention(&p16, 1);
+  kernels::attention(&p32, 1);
+  bool finite = true;
+  for (float x : out16) finite = finite && std::isfinite(x);
+  CHECK(finite);
+  CHECK(std::memcmp(out16.data(), out32.data(), out16.size() * sizeof(float)) == 0);
+}
