@@ -19,6 +19,24 @@ namespace {
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
+// The scores' attributes: the output scale 1/√d and, under causal, a binary
+// add of a 0/−∞ mask (bottom-right aligned, as qkv's) as a post-op.
+struct scores_attributes {
+  dnnl::primitive_attr attr;
+  qkv::matrix<float, qkv::dyn, qkv::dyn> mask;
+  scores_attributes(const bench::config& c, const dnnl::memory::desc& s_md)
+      : mask(c.causal ? c.n : 1, c.causal ? c.m : 1) {
+    attr.set_output_scales(0, {1.0f / std::sqrt(float(c.d))});
+    if (!c.causal) return;
+    for (std::size_t i = 0; i < c.n; ++i)
+      for (std::size_t j = 0; j < c.m; ++j)
+        mask(i, j) = j <= i + (c.m - c.n) ? 0.0f : -std::numeric_limits<float>::infinity();
+    dnnl::post_ops ops;
+    ops.append_binary(dnnl::algorithm::binary_add, s_md);
+    attr.set_post_ops(ops);
+  }
+};
+
 void onednn_attention(benchmark::State& state, const bench::config& c) {
   omp_set_num_threads(1);
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -33,18 +51,9 @@ void onednn_attention(benchmark::State& state, const bench::config& c) {
   dnnl::memory o(o_md, engine, in.O.data()), s(s_md, engine);
 
   // Q Kᵀ / √d, plus the causal mask (bottom-right aligned, as qkv's).
-  dnnl::primitive_attr scores_attr;
-  scores_attr.set_output_scales(0, {1.0f / std::sqrt(float(c.d))});
-  qkv::matrix<float, qkv::dyn, qkv::dyn> mask(c.causal ? c.n : 1, c.causal ? c.m : 1);
-  if (c.causal) {
-    for (std::size_t i = 0; i < c.n; ++i)
-      for (std::size_t j = 0; j < c.m; ++j)
-        mask(i, j) = j <= i + (c.m - c.n) ? 0.0f : -std::numeric_limits<float>::infinity();
-    dnnl::post_ops ops;
-    ops.append_binary(dnnl::algorithm::binary_add, s_md);
-    scores_attr.set_post_ops(ops);
-  }
-  dnnl::memory mask_mem(s_md, engine, mask.data());
+  scores_attributes sa(c, s_md);
+  const dnnl::primitive_attr& scores_attr = sa.attr;
+  dnnl::memory mask_mem(s_md, engine, sa.mask.data());
   const dnnl::matmul scores(dnnl::matmul::primitive_desc(dnnl::matmul::desc(q_md, kt_md, s_md), scores_attr, engine));
   const dnnl::softmax_forward softmax(dnnl::softmax_forward::primitive_desc(
       dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, s_md, 1), engine));
@@ -90,18 +99,9 @@ void onednn_attention_bf16(benchmark::State& state, const bench::config& c) {
   dnnl::memory q(q_md, engine, q16.data()), kt(kt_md, engine, k16.data()), v(v_md, engine, v16.data());
   dnnl::memory o(o_md, engine, in.O.data()), s(s_md, engine), p(p_md, engine);
 
-  dnnl::primitive_attr scores_attr;
-  scores_attr.set_output_scales(0, {1.0f / std::sqrt(float(c.d))});
-  qkv::matrix<float, qkv::dyn, qkv::dyn> mask(c.causal ? c.n : 1, c.causal ? c.m : 1);
-  if (c.causal) {
-    for (std::size_t i = 0; i < c.n; ++i)
-      for (std::size_t j = 0; j < c.m; ++j)
-        mask(i, j) = j <= i + (c.m - c.n) ? 0.0f : -std::numeric_limits<float>::infinity();
-    dnnl::post_ops ops;
-    ops.append_binary(dnnl::algorithm::binary_add, s_md);
-    scores_attr.set_post_ops(ops);
-  }
-  dnnl::memory mask_mem(s_md, engine, mask.data());
+  scores_attributes sa(c, s_md);
+  const dnnl::primitive_attr& scores_attr = sa.attr;
+  dnnl::memory mask_mem(s_md, engine, sa.mask.data());
   dnnl::matmul scores, values;
   try {  // oneDNN 2.6 has bf16 matmuls only on CPUs with AVX-512 (avx512_core)
     scores = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(q_md, kt_md, s_md), scores_attr, engine));
