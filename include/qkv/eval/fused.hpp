@@ -94,16 +94,7 @@ operand<T> compute_operand(const X& x) {
     r.view = out.as_const();
     return r;
   } else {
-    const auto wide = widen(x);
-    operand<T> r = node_operand<Policy>(wide);
-    if (r.owned.data() == nullptr && r.view.rows * r.view.cols != 0) {  // a view, maybe into `wide`: copied
-      operand<T> c{aligned_buffer<T>(r.view.rows * r.view.cols, aligned_buffer<T>::uninitialized), {}};
-      const auto out = dense(c.owned.data(), r.view.rows, r.view.cols, r.view.cols);
-      copy_strided(r.view, out);
-      c.view = out.as_const();
-      return c;
-    }
-    return r;
+    return lasting_operand<Policy>(widen(x));  // widen(x) may hold the copies a view reads
   }
 }
 
@@ -183,8 +174,8 @@ struct score_chain<similarity_expr<Q, K, F>> : chain_base {
   using term_type = F;
   template <class Policy, class T, class KV, class Ext>
   static void describe(const similarity_expr<Q, K, F>& e, score_parts<T, KV>& parts, Ext& ext) {
-    parts.q = similarity_operand<Policy>(similarity_queries(e.function(), e.lhs()));
-    parts.k = similarity_operand<Policy>(similarity_keys(e.function(), e.rhs()));
+    parts.q = lasting_operand<Policy>(similarity_queries(e.function(), e.lhs()));
+    parts.k = lasting_operand<Policy>(similarity_keys(e.function(), e.rhs()));
     ext.term_f.emplace(e.function());
   }
 };

@@ -93,6 +93,27 @@ void copy_strided(kernels::strided<const T> src, kernels::strided<T> dst) {
   }
 }
 
+// x's value as an operand that outlives x (a similarity's queries(Q) or
+// keys(K), an expression over float copies of 2-byte leaves). A result
+// returned by value that evaluates to a view of memory it holds itself (a
+// matrix, or a node over one) dies at the end of the full expression that
+// made it: its values are copied into the operand's own buffer.
+template <class Policy, class X>
+operand<value_type_t<X>> lasting_operand(X&& x) {
+  using T = value_type_t<X>;
+  operand<T> r = node_operand<Policy>(x);
+  if constexpr (!std::is_lvalue_reference_v<X>) {
+    if (r.owned.data() == nullptr && r.view.rows != 0 && r.view.cols != 0) {
+      operand<T> c{aligned_buffer<T>(r.view.rows * r.view.cols, aligned_buffer<T>::uninitialized), {}};
+      const auto dst = dense(c.owned.data(), r.view.rows, r.view.cols, r.view.cols);
+      copy_strided(r.view, dst);
+      c.view = dst.as_const();
+      return c;
+    }
+  }
+  return r;
+}
+
 // For kernels that read rows in place (the fused kernel's Q, bias and mask,
 // a similarity's queries): unit column stride, copying if need be.
 template <class T>

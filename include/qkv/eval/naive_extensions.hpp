@@ -36,33 +36,13 @@ struct modifier_extension {
   }
 };
 
-// The operand of a similarity's queries(Q) or keys(K). A result returned by
-// value that evaluates to a view of memory it holds itself (a matrix, or a
-// node over one) dies at the end of the full expression that made it: its
-// values are copied into the operand's own buffer.
-template <class Policy, class X>
-operand<value_type_t<X>> similarity_operand(X&& x) {
-  using T = value_type_t<X>;
-  operand<T> r = node_operand<Policy>(x);
-  if constexpr (!std::is_lvalue_reference_v<X>) {
-    if (r.owned.data() == nullptr && r.view.rows != 0 && r.view.cols != 0) {
-      operand<T> c{aligned_buffer<T>(r.view.rows * r.view.cols, aligned_buffer<T>::uninitialized), {}};
-      const auto dst = dense(c.owned.data(), r.view.rows, r.view.cols, r.view.cols);
-      copy_strided(r.view, dst);
-      c.view = dst.as_const();
-      return c;
-    }
-  }
-  return r;
-}
-
 template <class Q, class K, class F>
 struct naive_evaluator<similarity_expr<Q, K, F>> {
   using T = value_type_t<Q>;
   template <class Policy>
   static void into(const similarity_expr<Q, K, F>& e, kernels::strided<T> out) {
-    operand<T> q = similarity_operand<Policy>(similarity_queries(e.function(), e.lhs()));
-    const operand<T> k = similarity_operand<Policy>(similarity_keys(e.function(), e.rhs()));
+    operand<T> q = lasting_operand<Policy>(similarity_queries(e.function(), e.lhs()));
+    const operand<T> k = lasting_operand<Policy>(similarity_keys(e.function(), e.rhs()));
     make_rows_contiguous(q);
     kernels::scores_with(q.view, k.view, out, term_extension<F>{&e.function()});
   }
