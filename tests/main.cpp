@@ -1,7 +1,9 @@
 // Catch2's main, compiled once. When QKV_ARCH names an instruction set this
 // CPU or build lacks, the run is skipped (exit code 77), not failed. A
 // QKV_ARCH that is no name at all runs: evaluations must then throw (the
-// [arch_env] test checks they do).
+// [arch_env] test checks they do). With QKV_TESTS_SKIP_IF_BEST set, a
+// QKV_ARCH that names the set the CPU would pick anyway is skipped too: the
+// unforced run of the suite has already run those kernels.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
@@ -16,6 +18,13 @@ int main(int argc, char* argv[]) {
     const std::size_t i = qkv::kernels::arch_index(forced);
     if (i != qkv::kernels::arch_count && !qkv::kernels::arch_runs_here(i)) {
       std::printf("skipped: QKV_ARCH=%s, which this CPU or build does not have\n", forced);
+      return 77;
+    }
+    const char* skip_best = std::getenv("QKV_TESTS_SKIP_IF_BEST");
+    std::size_t best = 0;
+    while (best < qkv::kernels::arch_count && !qkv::kernels::arch_runs_here(best)) ++best;
+    if (skip_best != nullptr && *skip_best != '\0' && i == best) {
+      std::printf("skipped: QKV_ARCH=%s is what this CPU runs unforced\n", forced);
       return 77;
     }
   }

@@ -4,12 +4,29 @@
 # EXTENTS (a regex, optional) somewhere in the diagnostic. With QUOTED_IN (a
 # file), the error line from "error:" on must be a line of that file (g++ only:
 # clang words the line differently).
-# Arguments: -DCXX=... -DSOURCE=... -DINCLUDES="a;b" -DEXPECT=... [-DEXTENTS=...] [-DQUOTED_IN=...]
+# Arguments: -DCXX=... -DSOURCE=... -DINCLUDES="a;b" -DEXPECT=... [-DEXTENTS=...] [-DQUOTED_IN=...] [-DPCH=...]
 cmake_minimum_required(VERSION 3.25)
-set(flags -std=c++20 -fsyntax-only)
+set(include_flags "")
 foreach(dir IN LISTS INCLUDES)
-  list(APPEND flags -I${dir})
+  list(APPEND include_flags -I${dir})
 endforeach()
+set(flags -std=c++20 -fsyntax-only ${include_flags})
+
+# -DMAKE_PCH=file: writes file (including <qkv/qkv.hpp>) and its precompiled
+# form file.gch, for the cases to include with -DPCH=file.
+if(DEFINED MAKE_PCH)
+  file(WRITE ${MAKE_PCH} "#include <qkv/qkv.hpp>\n")
+  execute_process(COMMAND ${CXX} -std=c++20 -x c++-header ${include_flags} ${MAKE_PCH} -o ${MAKE_PCH}.gch
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the precompiled header does not build:\n${out}")
+  endif()
+  return()
+endif()
+if(DEFINED PCH)
+  # -Winvalid-pch: a header that cannot be used says so, rather than being parsed slowly.
+  list(APPEND flags -include ${PCH} -Winvalid-pch)
+endif()
 
 execute_process(COMMAND ${CXX} ${flags} ${SOURCE} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)
