@@ -3,7 +3,8 @@
 # that one binary runs on any CPU of the family and uses the best it has.
 function(qkv_add_arch_kernels target)
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-    set(isas avx512bw avx2 sse2)
+    set(isas avx512bf16 avx512bw avx2 sse2)
+    set(flags_avx512bf16 -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx512bf16 -mavx2 -mfma -mf16c)
     set(flags_avx512bw -mavx512f -mavx512cd -mavx512dq -mavx512bw -mavx2 -mfma -mf16c)
     set(flags_avx2 -mavx2 -mfma -mf16c)
     set(flags_sse2 "")

@@ -52,6 +52,10 @@ struct kernel_table {
 // src/arch_<Isa::name>.cpp alone, with that set's flags.
 template <class Isa>
 const kernel_table& kernels_of() noexcept;
+// avx512bf16's: avx512bw's, with the bf16 attention on pairs
+// (src/arch_avx512bf16.cpp).
+template <>
+const kernel_table& kernels_of<isa_avx512bf16>() noexcept;
 
 // The kernels of the instruction set picked (dispatch.cpp): throws as
 // set_arch does while QKV_ARCH names a set that cannot run.

@@ -46,7 +46,7 @@ constexpr attention_entries<float, S> make_attention_entries() {
 template <class Isa>
 const kernel_table& kernels_of() noexcept {
   using arch = typename Isa::arch;
-  static constexpr kernel_table table{arch_index_of<arch>, make_kernel_set<arch, float>(), make_kernel_set<arch, double>(),
+  static constexpr kernel_table table{arch_index(Isa::name), make_kernel_set<arch, float>(), make_kernel_set<arch, double>(),
                                       make_attention_entries<arch, bf16>(), make_attention_entries<arch, f16>()};
   return table;
 }

@@ -183,6 +183,30 @@ mat attention_bound(const mat& q, const mat& k, const mat& v, real scale_factor,
   return attention_bound_from_scores<T>(e, v, scores, p);
 }
 
+// The bound for the same attention computed on bf16 pairs (AVX512-BF16's
+// products; kernels/attention_prefill_bf16.hpp), Q, K and V holding bf16
+// values. Both products are float sums of exact products (two bf16 values
+// multiply exactly in float), as in float; what differs:
+//  - each weight is rounded to bf16 before its product with V, the row sum
+//    left unrounded: p̃ = p(1 + δ), |δ| ≤ 2⁻⁸, which moves O_il by at most
+//    Σ_j p_ij·2⁻⁸·|V_jl|. attention_bound_from_scores counts a score error
+//    twice (in the weight and in the row sum), so 2⁻⁹ more per score covers it;
+//  - the instruction flushes subnormal inputs, products and sums to zero:
+//    up to dk·tiny·scale more per score, and tiny per weight (already there).
+inline mat attention_bound_bf16_pairs(const mat& q, const mat& k, const mat& v, real scale_factor, const mat& scores,
+                                      const mat& p) {
+  const real u = unit_roundoff<float>, rounding = std::ldexp(real(1), -9);
+  const mat qk_abs = scale(matmul(abs(q), transpose(abs(k))), scale_factor);
+  mat e(q.rows, k.rows);
+  for (std::size_t i = 0; i < q.rows; ++i)
+    for (std::size_t j = 0; j < k.rows; ++j) {
+      if (p(i, j) == 0) continue;
+      e(i, j) = gamma<float>(q.cols) * qk_abs(i, j) + 3 * u * std::fabs(scores(i, j)) + rounding +
+                static_cast<real>(q.cols) * tiny<float> * scale_factor;
+    }
+  return attention_bound_from_scores<float>(e, v, scores, p);
+}
+
 // Uniform values in [lo, hi], the same on every platform (std's
 // distributions are not).
 class rng {

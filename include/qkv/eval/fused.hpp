@@ -396,6 +396,8 @@ fused_problem_t<E> attention_problem_of(const E& e, kernels::strided<compute_t<v
   }
   problem.causal = parts.causal;
   problem.mask = parts.mask.view;
+  // Every input of one 2-byte type (e evaluates to it): Q holds its values.
+  problem.queries_in_storage_type = !std::is_same_v<S, T> && std::is_same_v<std::remove_const_t<value_type_t<E>>, S>;
   return problem;
 }
 

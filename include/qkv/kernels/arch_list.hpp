@@ -71,6 +71,22 @@ struct isa_avx512bw {
   }
 };
 
+// AVX-512 with AVX512-BF16 (Cooper Lake, Sapphire Rapids, Zen 4 and 5):
+// the AVX-512 kernels, and products of bf16 pairs for bf16 K and V
+// (attention_prefill_bf16.hpp). xsimd has no architecture of its own for it.
+struct isa_avx512bf16 {
+  using arch = xsimd::avx512bw;
+  static constexpr std::string_view name = "avx512bf16";
+  static constexpr bool built = x86_64_build;
+  static bool runs_here() noexcept {
+#if defined(__x86_64__)
+    return isa_avx512bw::runs_here() && __builtin_cpu_supports("avx512bf16");
+#else
+    return false;
+#endif
+  }
+};
+
 struct isa_neon64 {
   using arch = xsimd::neon64;
   static constexpr std::string_view name = "neon64";
@@ -79,7 +95,7 @@ struct isa_neon64 {
 };
 
 // Best first: with no name given, the first one this CPU runs is picked.
-using arch_list = std::tuple<isa_avx512bw, isa_avx2, isa_sse2, isa_neon64>;
+using arch_list = std::tuple<isa_avx512bf16, isa_avx512bw, isa_avx2, isa_sse2, isa_neon64>;
 inline constexpr std::size_t arch_count = std::tuple_size_v<arch_list>;
 
 // The index of the first instruction set whose descriptor satisfies
@@ -98,7 +114,8 @@ constexpr std::size_t arch_index(std::string_view name) {
   return find_arch([name](auto isa) { return decltype(isa)::type::name == name; });
 }
 
-// The index of the instruction set whose xsimd architecture is Arch; arch_count if none is.
+// The index of the first instruction set whose xsimd architecture is Arch;
+// arch_count if none is. (avx512bf16 and avx512bw share one.)
 template <class Arch>
 inline constexpr std::size_t arch_index_of =
     find_arch([](auto isa) { return std::is_same_v<typename decltype(isa)::type::arch, Arch>; });
@@ -112,6 +129,14 @@ inline constexpr std::array<std::string_view, arch_count> arch_names =
     []<std::size_t... I>(std::index_sequence<I...>) {
       return std::array<std::string_view, arch_count>{std::tuple_element_t<I, arch_list>::name...};
     }(std::make_index_sequence<arch_count>{});
+
+// Whether instruction set i's xsimd architecture is Arch.
+template <class Arch>
+constexpr bool arch_is(std::size_t i) {
+  std::size_t j = 0;
+  return find_arch([&](auto isa) { return j++ == i && std::is_same_v<typename decltype(isa)::type::arch, Arch>; }) !=
+         arch_count;
+}
 
 // Whether this build has the kernels of instruction set i and this CPU runs them.
 inline bool arch_runs_here(std::size_t i) noexcept {

@@ -28,6 +28,11 @@ struct attention_problem {
   T row_scale = T(1);
   bool causal = false;   // keys j > i + (m − n) excluded
   strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
+  // Q holds values of S (it was stored as S, converted exactly): the kernel
+  // may multiply in S and round the weights to S, as attention on bf16
+  // inputs does on AVX512-BF16 (attention_prefill_bf16.hpp). Float queries
+  // keep float products.
+  bool queries_in_storage_type = false;
 
   // The same problem with K and V as extents alone (null data): all that the
   // kernel's steps after packing read of them.
@@ -35,6 +40,7 @@ struct attention_problem {
     attention_problem<T> p{q, {nullptr, k.rows, k.cols, 0, 1}, {nullptr, v.rows, v.cols, 0, 1}, out, scale};
     p.bias = bias, p.bias_scale = bias_scale, p.col_bias = col_bias, p.col_scale = col_scale;
     p.row_bias = row_bias, p.row_scale = row_scale, p.causal = causal, p.mask = mask;
+    p.queries_in_storage_type = queries_in_storage_type;
     return p;
   }
 };

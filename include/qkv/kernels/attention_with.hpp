@@ -24,8 +24,8 @@ namespace qkv::kernels {
 // compiled for: the whole fused loop can run here, as fast.
 template <class Arch>
 bool runs_like_library() {
-  constexpr std::size_t unit = arch_index_of<Arch>;
-  return unit != arch_count && active_arch_index() == unit;
+  const std::size_t active = active_arch_index();
+  return active != arch_count && arch_is<Arch>(active);
 }
 
 // The online-softmax kernel, whole, instantiated for this unit: K and V

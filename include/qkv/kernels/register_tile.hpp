@@ -44,6 +44,13 @@ struct register_tile {
       }
       b += NR;
     }
+    store(lo, hi, c, ldc, mr, nr, accumulate);
+  }
+
+  // c (+)= the tile held in lo and hi, for its top-left mr×nr corner: the end
+  // of run, and of every tile with this layout of accumulators.
+  [[gnu::always_inline]] static inline void store(batch* lo, batch* hi, T* c, std::ptrdiff_t ldc, std::size_t mr,
+                                                  std::size_t nr, bool accumulate) {
     if (mr == MR && nr == NR) {
 #pragma GCC unroll 8
       for (std::size_t r = 0; r < MR; ++r) {

@@ -1,0 +1,221 @@
+// The fused attention for many queries over bf16 K and V, with both products
+// on bf16 pairs (bf16_pairs.hpp): the loop of attention_prefill.hpp, whose
+// tiles take two bf16 multiply-adds per float lane and instruction where the
+// CPU has AVX512-BF16. As in PyTorch's and oneDNN's bf16 attention, the
+// weights are rounded to bf16 before their product with V; the scores, the
+// online softmax and every sum stay in float.
+//
+// Q is float in the problem. Its values are used as bf16 only when the
+// problem says Q was stored as bf16 (queries_in_storage_type; pack() checks
+// that every value is one); for any other Q, pack() packs K and V as the
+// float kernel does, whose blocks then run. So float queries keep float
+// products; the choice is the problem's, never the thread's.
+//
+// Layout, in 32-bit words: K by panels of NR keys, word p of key j holding
+// k(j, 2p) in its low half and k(j, 2p + 1) in its high half; V by panels of
+// NR columns, word (jp, x) holding v(2jp, x) low and v(2jp + 1, x) high; odd
+// ends padded with zeros. Both take at most the float layout's room, so the
+// blocking's sizes serve both. The flag of each value row (1: not finite)
+// gains 2 when the panels hold pairs.
+#pragma once
+
+#include "../storage/aligned_buffer.hpp"
+#include "../storage/float16.hpp"
+#include "attention_prefill.hpp"
+#include "bf16_pairs.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <bit>
+#include <cstring>
+
+namespace qkv::kernels {
+
+// The register tile of register_tile.hpp over pairs: c (+)= A·B with A's
+// rows and B's panels in words of two bf16 values, kp words deep.
+template <class Pairs, std::size_t MR>
+struct bf16_pair_tile {
+  using batch = typename Pairs::batch;
+  using words = typename Pairs::words;
+  using tile = register_tile<typename Pairs::arch, float>;
+  static constexpr std::size_t W = batch::size, NR = 2 * W;
+
+  [[gnu::noinline]] static void run(std::size_t kp, const std::uint32_t* const* a, const std::uint32_t* b, float* c,
+                                    std::ptrdiff_t ldc, std::size_t mr, std::size_t nr, bool accumulate) {
+    batch lo[MR], hi[MR];
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < MR; ++r) lo[r] = hi[r] = batch(0.0f);
+    for (std::size_t p = 0; p < kp; ++p) {
+      const words b0 = words::load_aligned(b), b1 = words::load_aligned(b + W);
+#pragma GCC unroll 8
+      for (std::size_t r = 0; r < MR; ++r) {
+        const words ar(a[r][p]);
+        lo[r] = Pairs::dot(lo[r], ar, b0);
+        hi[r] = Pairs::dot(hi[r], ar, b1);
+      }
+      b += NR;
+    }
+    tile::store(lo, hi, c, ldc, mr, nr, accumulate);
+  }
+};
+
+template <class Pairs, blocking B = blocking_of<typename Pairs::arch, float>()>
+struct attention_prefill_bf16 {
+  using Arch = typename Pairs::arch;
+  using float_prefill = attention_prefill<Arch, float, no_extension, B>;
+  using scores = typename float_prefill::scores;
+  using softmax = typename float_prefill::softmax;
+  static constexpr std::size_t W = float_prefill::W, MR = float_prefill::MR, NR = float_prefill::NR;
+  static constexpr std::size_t BR = B.query_rows, BC = B.max_key_block;
+  using tile = bf16_pair_tile<Pairs, MR>;
+  static constexpr blocking sizes = B;
+  static_assert(BC % (2 * W) == 0 && B.sum_chunk % 2 == 0, "qkv: internal: pairs straddle a key block");
+
+  static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
+  static constexpr std::size_t pairs(std::size_t x) { return (x + 1) / 2; }
+  static std::uint32_t word(std::uint16_t lo, std::uint16_t hi) { return lo | (std::uint32_t(hi) << 16); }
+  static std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+  static float low(std::uint32_t w) { return std::bit_cast<float>(w << 16); }
+  static float high(std::uint32_t w) { return std::bit_cast<float>(w & 0xffff0000u); }
+
+  // Whether the products run on pairs: Q was stored as bf16, and every
+  // query is a bf16 value (its low 16 bits zero).
+  static bool takes(const attention_problem<float, bf16>& p) {
+    if (p.k.rows == 0 || !p.queries_in_storage_type) return false;
+    const strided<const float>& q = p.q;
+    for (std::size_t i = 0; i < q.rows; ++i)
+      for (std::size_t c = 0; c < q.cols; ++c)
+        if ((bits(q(i, c)) & 0xffffu) != 0) return false;
+    return true;
+  }
+
+  static void pack(const attention_problem<float, bf16>& p, float* shared) {
+    if (!takes(p)) return float_prefill::pack(p, shared);
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols, dkp = pairs(dk), mp = pairs(m);
+    auto* kw = reinterpret_cast<std::uint32_t*>(shared);
+    auto* vw = reinterpret_cast<std::uint32_t*>(shared + B.packed_k_size(m, dk));
+    float* flags = shared + B.packed_k_size(m, dk) + B.packed_v_size(m, dv);
+    auto k = [&](std::size_t j, std::size_t c) -> std::uint16_t { return j < m && c < dk ? p.k(j, c).bits() : 0; };
+    auto v = [&](std::size_t j, std::size_t c) -> std::uint16_t { return j < m && c < dv ? p.v(j, c).bits() : 0; };
+    for (std::size_t j0 = 0; j0 < m; j0 += NR, kw += NR * dkp)
+      for (std::size_t q = 0; q < dkp; ++q)
+        for (std::size_t j = 0; j < NR; ++j) kw[q * NR + j] = word(k(j0 + j, 2 * q), k(j0 + j, 2 * q + 1));
+    for (std::size_t c0 = 0; c0 < dv; c0 += NR, vw += NR * mp)
+      for (std::size_t q = 0; q < mp; ++q)
+        for (std::size_t x = 0; x < NR; ++x) vw[q * NR + x] = word(v(2 * q, c0 + x), v(2 * q + 1, c0 + x));
+    for (std::size_t j = 0; j < m; ++j) {
+      bool finite = true;
+      for (std::size_t c = 0; c < dv; ++c) finite = finite && (v(j, c) & 0x7f80u) != 0x7f80u;
+      flags[j] = finite ? 2.0f : 3.0f;
+    }
+  }
+
+  static void blocks(const attention_problem<float>& p, const float* shared, std::size_t b0, std::size_t b1,
+                     float* scratch) {
+    for (std::size_t b = b0; b < b1; ++b) block(p, shared, b, scratch);
+  }
+
+  static void block(const attention_problem<float>& p, const float* shared, std::size_t b, float* scratch) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const float* flags = shared + B.packed_k_size(m, dk) + B.packed_v_size(m, dv);
+    if (m == 0 || flags[0] < 2.0f) return float_prefill::block(p, shared, b, scratch, no_extension{});
+    const std::size_t i0 = b * BR, dvp = blocking::round_up(dv, NR), dkp = pairs(dk), mp = pairs(m);
+    const auto* kw = reinterpret_cast<const std::uint32_t*>(shared);
+    const auto* vw = reinterpret_cast<const std::uint32_t*>(shared + B.packed_k_size(m, dk));
+    float* s = scratch;
+    float* o = s + B.aligned(BR * BC);
+    float* row_m = o + B.aligned(BR * dvp);
+    float* row_l = row_m + B.aligned(BR);
+    // The block's queries and weights as pairs, per thread.
+    thread_local detail::aligned_buffer<std::uint32_t> buffer;
+    const std::size_t q_words = blocking::round_up(BR * dkp, 16), size = q_words + BR * BC / 2;
+    if (buffer.size() < size) buffer = detail::aligned_buffer<std::uint32_t>(size, detail::aligned_buffer<std::uint32_t>::uninitialized);
+    std::uint32_t* qw = buffer.data();
+    std::uint32_t* pw = qw + q_words;
+
+    const std::size_t kb = B.key_block(dk, dv), br = min(BR, n - i0);
+    for (std::size_t r = 0; r < br; ++r) {
+      const float* q = p.q.ptr(i0 + r, 0);
+      for (std::size_t c = 0; c < dkp; ++c)
+        qw[r * dkp + c] = (bits(q[2 * c]) >> 16) | (2 * c + 1 < dk ? bits(q[2 * c + 1]) & 0xffff0000u : 0u);
+    }
+    for (std::size_t r = 0; r < br; ++r) row_m[r] = softmax::neg_inf, row_l[r] = 0.0f;
+    for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = 0.0f;
+    const std::size_t j_end = scores::key_end(p, i0 + br - 1);
+
+    for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
+      const std::size_t bc = min(kb, j_end - j0);
+      if (!scores::keeps_any(p, no_extension{}, i0, br, j0, bc)) continue;
+      std::size_t keys[BR / MR];  // as in attention_prefill: the keys each strip sees
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
+        keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
+      }
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        const std::uint32_t* rows[MR];
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = qw + min(ir + r, br - 1) * dkp;
+        for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR)
+          tile::run(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, MR, NR, false);
+      }
+      // Weights in float, then rounded to pairs (an odd count's last pair
+      // ends in the padding, which the softmax set to weight 0).
+      for (std::size_t r = 0; r < br; ++r) {
+        const std::size_t count = keys[r / MR];
+        if (count == 0) continue;
+        float* u = s + r * BC;
+        const float a = scores::apply(p, i0 + r, j0, count, u, no_extension{});
+        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp);
+        for (std::size_t j = 0; j < count; j += 2 * W) Pairs::round_pairs(u + j, pw + r * BC / 2 + j / 2);
+      }
+      // A pair reads the value row after an odd count's last key too (its
+      // weight 0, but 0·∞ is NaN): the rows checked include it.
+      bool finite = true;
+      for (std::size_t j = j0; j < min(m, j0 + bc + bc % 2); ++j) finite = finite && flags[j] == 2.0f;
+      if (finite) weigh_values(pw, br, keys, vw + j0 / 2 * NR, mp, o, dvp);
+      else weigh_values_skipping_zeros(pw, br, keys, vw + j0 / 2 * NR, mp, o, dv, dvp);
+    }
+    for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
+  }
+
+ private:
+  // o += weights · values on the pair tile, in partial sums of at most
+  // sum_chunk keys (attention_prefill's weigh_values). vw: the block's first
+  // pair of value rows; mp: pairs of value rows in a panel.
+  static void weigh_values(const std::uint32_t* pw, std::size_t br, const std::size_t* keys, const std::uint32_t* vw,
+                           std::size_t mp, float* o, std::size_t dvp) {
+    const std::size_t most = keys[(br - 1) / MR];
+    for (std::size_t jc = 0; jc < most; jc += B.sum_chunk) {
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        if (keys[ir / MR] <= jc) continue;
+        const std::size_t kp = pairs(min(B.sum_chunk, keys[ir / MR] - jc));
+        const std::uint32_t* rows[MR];
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = pw + min(ir + r, br - 1) * (BC / 2) + jc / 2;
+        for (std::size_t c = 0; c < dvp; c += NR)
+          tile::run(kp, rows, vw + c * mp + jc / 2 * NR, o + ir * dvp + c, static_cast<std::ptrdiff_t>(dvp),
+                    min(MR, br - ir), NR, true);
+      }
+    }
+  }
+
+  // The same sums, one key at a time, reading no value row whose rounded
+  // weight is 0: a block holding a value row that is not finite.
+  static void weigh_values_skipping_zeros(const std::uint32_t* pw, std::size_t br, const std::size_t* keys,
+                                          const std::uint32_t* vw, std::size_t mp, float* o, std::size_t dv,
+                                          std::size_t dvp) {
+    for (std::size_t r = 0; r < br; ++r) {
+      const std::uint32_t* u = pw + r * (BC / 2);
+      for (std::size_t j = 0; j < keys[r / MR]; ++j) {
+        const float w = j % 2 == 0 ? low(u[j / 2]) : high(u[j / 2]);
+        if (w == 0.0f) continue;
+        for (std::size_t x = 0; x < dv; ++x) {
+          const std::uint32_t vx = vw[(x / NR * NR) * mp + j / 2 * NR + x % NR];
+          o[r * dvp + x] += w * (j % 2 == 0 ? low(vx) : high(vx));
+        }
+      }
+    }
+  }
+};
+
+}  // namespace qkv::kernels
