@@ -79,6 +79,9 @@ struct attention_prefill_bf16 {
   static std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
   static float low(std::uint32_t w) { return std::bit_cast<float>(w << 16); }
   static float high(std::uint32_t w) { return std::bit_cast<float>(w & 0xffff0000u); }
+  static std::uint16_t at(const bf16* row, std::size_t i, std::ptrdiff_t stride) {
+    return row[static_cast<std::ptrdiff_t>(i) * stride].bits();
+  }
 
   // Whether the products run on pairs: Q was stored as bf16, and every
   // query is a bf16 value (its low 16 bits zero).
@@ -97,17 +100,35 @@ struct attention_prefill_bf16 {
     auto* kw = reinterpret_cast<std::uint32_t*>(shared);
     auto* vw = reinterpret_cast<std::uint32_t*>(shared + B.packed_k_size(m, dk));
     float* flags = shared + B.packed_k_size(m, dk) + B.packed_v_size(m, dv);
-    auto k = [&](std::size_t j, std::size_t c) -> std::uint16_t { return j < m && c < dk ? p.k(j, c).bits() : 0; };
-    auto v = [&](std::size_t j, std::size_t c) -> std::uint16_t { return j < m && c < dv ? p.v(j, c).bits() : 0; };
+    const std::ptrdiff_t kcs = p.k.col_stride, vcs = p.v.col_stride;
     for (std::size_t j0 = 0; j0 < m; j0 += NR, kw += NR * dkp)
-      for (std::size_t q = 0; q < dkp; ++q)
-        for (std::size_t j = 0; j < NR; ++j) kw[q * NR + j] = word(k(j0 + j, 2 * q), k(j0 + j, 2 * q + 1));
-    for (std::size_t c0 = 0; c0 < dv; c0 += NR, vw += NR * mp)
-      for (std::size_t q = 0; q < mp; ++q)
-        for (std::size_t x = 0; x < NR; ++x) vw[q * NR + x] = word(v(2 * q, c0 + x), v(2 * q + 1, c0 + x));
+      for (std::size_t j = 0; j < NR; ++j) {
+        if (j0 + j >= m) {
+          for (std::size_t q = 0; q < dkp; ++q) kw[q * NR + j] = 0;
+          continue;
+        }
+        const bf16* row = p.k.ptr(j0 + j, 0);
+        for (std::size_t q = 0; q < dk / 2; ++q) kw[q * NR + j] = word(at(row, 2 * q, kcs), at(row, 2 * q + 1, kcs));
+        if (dk % 2 != 0) kw[(dkp - 1) * NR + j] = word(at(row, dk - 1, kcs), 0);
+      }
+    for (std::size_t c0 = 0; c0 < dv; c0 += NR, vw += NR * mp) {
+      const std::size_t nc = min(NR, dv - c0);
+      for (std::size_t q = 0; q < mp; ++q) {
+        const bf16* r0 = p.v.ptr(2 * q, c0);
+        std::uint32_t* out = vw + q * NR;
+        if (2 * q + 1 < m) {
+          const bf16* r1 = p.v.ptr(2 * q + 1, c0);
+          for (std::size_t x = 0; x < nc; ++x) out[x] = word(at(r0, x, vcs), at(r1, x, vcs));
+        } else {
+          for (std::size_t x = 0; x < nc; ++x) out[x] = word(at(r0, x, vcs), 0);
+        }
+        for (std::size_t x = nc; x < NR; ++x) out[x] = 0;
+      }
+    }
     for (std::size_t j = 0; j < m; ++j) {
+      const bf16* row = p.v.ptr(j, 0);
       bool finite = true;
-      for (std::size_t c = 0; c < dv; ++c) finite = finite && (v(j, c) & 0x7f80u) != 0x7f80u;
+      for (std::size_t c = 0; c < dv; ++c) finite = finite && (at(row, c, vcs) & 0x7f80u) != 0x7f80u;
       flags[j] = finite ? 2.0f : 3.0f;
     }
   }
