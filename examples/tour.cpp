@@ -1,6 +1,7 @@
 // A tour of qkv along the lecture on scaled dot-product attention: the
 // worked example (§5), self-test (d), the √dk variance argument measured (§4,
-// self-test (c)), the bill of self-test (e), fused against naive timing, and
+// self-test (c)), the gradient reaching the keys (§4(a)), self-test (b),
+// the bill of self-test (e), fused against naive timing, and
 // 2-byte inputs (the example in bf16 and f16, decoding from a 2-byte cache).
 //   tour                 print everything
 //   tour --svg DIR       also write pictures into DIR
@@ -128,6 +129,60 @@ void variance_argument(const char* svg_dir) {
                 dk, std_dev(eval(Q * transpose(K))), 4 * s, std_dev(eval(Q * transpose(K) / s)),
                 std_dev(eval(Q * transpose(K) / (4 * s))));
   }
+}
+
+// For each row of the scores s: the gradient mass reaching its scores other
+// than the row's largest (its winner), Σ_{j ≠ w} |ds_ij|: the median over
+// rows, and the share of rows where it is below 1e-6.
+std::pair<double, double> losers(const dmat& s, const dmat& ds) {
+  std::vector<double> mass;
+  std::size_t dead = 0;
+  for (std::size_t i = 0; i < s.rows(); ++i) {
+    std::size_t w = 0;
+    for (std::size_t j = 1; j < s.cols(); ++j) w = s(i, j) > s(i, w) ? j : w;
+    double m = 0;
+    for (std::size_t j = 0; j < s.cols(); ++j) m += j == w ? 0.0 : std::fabs(ds(i, j));
+    mass.push_back(m);
+    dead += m < 1e-6;
+  }
+  std::nth_element(mass.begin(), mass.begin() + mass.size() / 2, mass.end());
+  return {mass[mass.size() / 2], double(dead) / double(s.rows())};
+}
+
+// §4(a): what backprop sends to the keys that lost, and self-test (b).
+void gradient_argument() {
+  constexpr std::size_t n = 256, dv = 8;
+  std::printf("\n§4(a)  The gradient that reaches the losing keys: %zu queries, %zu keys, coordinates N(0, 1), dO N(0, 1)\n", n, n);
+  std::printf("  dS = gradient(softmax(S) * V, dO, wrt(S)); per row, the mass sum_{j != winner} |dS_ij|\n");
+  std::printf("  %5s | %-25s | %-28s\n", "d_k", "median mass raw / scaled", "rows below 1e-6 raw / scaled");
+  std::mt19937_64 gen(1905);
+  for (std::size_t dk : {2, 8, 64, 512}) {
+    const dmat Q = normal(n, dk, 1, gen), K = normal(n, dk, 1, gen), V = normal(n, dv, 1, gen), dO = normal(n, dv, 1, gen);
+    const dmat raw = eval(Q * transpose(K)), scaled = eval(Q * transpose(K) / std::sqrt(double(dk)));
+    const auto [d_raw] = gradient(softmax(raw) * V, dO, wrt(raw));
+    const auto [d_scaled] = gradient(softmax(scaled) * V, dO, wrt(scaled));
+    const auto [mass_raw, dead_raw] = losers(raw, d_raw);
+    const auto [mass_scaled, dead_scaled] = losers(scaled, d_scaled);
+    std::printf("  %5zu | %10.3g / %-12.3g | %10.0f %% / %.0f %%\n", dk, mass_raw, mass_scaled, 100 * dead_raw,
+                100 * dead_scaled);
+  }
+  std::printf("  Unscaled, the softmax saturates as d_k grows: the keys that lost a row get almost no gradient\n"
+              "  from it. Scaled, the mass stays of one size for every d_k, and every key keeps learning.\n");
+
+  std::printf("\nSelf-test (b): Q -> Attn(Q, K, V) is not linear (d_k = 8, 16 queries)\n");
+  const dmat Q1 = normal(16, 8, 1, gen), Q2 = normal(16, 8, 1, gen), K = normal(32, 8, 1, gen), V = normal(32, 4, 1, gen);
+  auto attn = [&](const dmat& q) { return dmat(eval(softmax(q * transpose(K) / sqrt(dim<8>)) * V)); };
+  const dmat sum_in = attn(dmat(eval(Q1 + Q2))), sum_out = dmat(eval(attn(Q1) + attn(Q2)));
+  const dmat twice_in = attn(dmat(eval(Q1 * 2.0))), twice_out = dmat(eval(attn(Q1) * 2.0));
+  double additive = 0, homogeneous = 0;
+  for (std::size_t i = 0; i < sum_in.rows(); ++i)
+    for (std::size_t j = 0; j < sum_in.cols(); ++j) {
+      additive = std::max(additive, std::fabs(sum_in(i, j) - sum_out(i, j)));
+      homogeneous = std::max(homogeneous, std::fabs(twice_in(i, j) - twice_out(i, j)));
+    }
+  std::printf("  max |Attn(Q1 + Q2) - Attn(Q1) - Attn(Q2)| = %.3f, max |Attn(2 Q1) - 2 Attn(Q1)| = %.3f:\n"
+              "  the weights depend on Q through the softmax, and each output row is a convex mix of V's rows.\n",
+              additive, homogeneous);
 }
 
 template <std::size_t T, std::size_t D>
@@ -274,6 +329,7 @@ int main(int argc, char** argv) {
   }
   worked_example();
   variance_argument(svg_dir);
+  gradient_argument();
   bill();
   timing(svg_dir, max_t);
   two_byte(max_t);

@@ -47,7 +47,7 @@ else
   # less than half the compile time of -O2 -g.
   cmake -S . -B "$build-sanitize" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
     -DQKV_SANITIZE=ON -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
-  cmake --build "$build-sanitize" -j "$jobs" --target qkv_tests worked_example causal_views tour multi_head
+  cmake --build "$build-sanitize" -j "$jobs" --target qkv_test_programs
   # qemu runs, compile-fail checks and the docs' code do not depend on the
   # build flags; the release run covers them.
   ctest --test-dir "$build-sanitize" -j "$jobs" --output-on-failure -LE "qemu|compile_fail|docs|long" \
@@ -57,7 +57,7 @@ else
     # -O2: the NEON kernels as a user's build has them, built faster than at -O3.
     cmake -S . -B "$build-aarch64" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" -DQKV_BUILD_TESTS=ON -DQKV_BUILD_EXAMPLES=ON >/dev/null
-    cmake --build "$build-aarch64" -j "$jobs" --target qkv_tests worked_example causal_views tour multi_head
+    cmake --build "$build-aarch64" -j "$jobs" --target qkv_test_programs
     ctest --test-dir "$build-aarch64" -j "$jobs" --output-on-failure -LE "compile_fail|docs|long" -E headers_compile_alone
   fi
 fi

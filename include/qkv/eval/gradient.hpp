@@ -1,0 +1,279 @@
+// Reverse mode, node by node: gradient(e, dO, wrt(X...)) is the gradient of
+// Σ dO ∘ e with respect to each leaf X, and vjp(e) the forward value with a
+// pullback that gives the same. Each node's vector-Jacobian rule runs on
+// matrices the library evaluates (eval(·, naive)), in the type e computes in:
+//   A * B        dA = G Bᵀ, dB = Aᵀ G
+//   transpose    dX = Gᵀ
+//   X * s, X / s dX = G s, G / s (the scalar is a constant)
+//   A ± B        dA = G, dB = ±G
+//   softmax(S)   dS = P ∘ (G − rowsum(G ∘ P)), P the forward weights
+//   causal, masked(S, M), masked(S, pred)
+//                dS = G where kept, exactly 0 where masked
+// A subexpression that reads none of the X is not differentiated. A leaf is
+// one of the X when it has its data, extents and strides; every occurrence
+// adds to its gradient.
+//
+// Built so far: matrices, with the nodes above. The similarities, score_mod,
+// tensors and the fused backward are not built yet; asking for them is a
+// `qkv:` compile error, never a wrong answer.
+#pragma once
+
+#include "../expr/elementwise.hpp"
+#include "../expr/mask.hpp"
+#include "../expr/product.hpp"
+#include "../expr/scaled.hpp"
+#include "../expr/softmax.hpp"
+#include "../expr/transpose.hpp"
+#include "../shape/check.hpp"
+#include "../storage/matrix.hpp"
+#include "eval.hpp"
+#include "strategy.hpp"
+
+#include <cstddef>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace qkv {
+
+// The leaves a gradient is taken with respect to: wrt(Q, K, V).
+template <class... X>
+struct wrt_t {
+  std::tuple<const X&...> leaves;
+};
+
+template <class... X>
+wrt_t<X...> wrt(const X&... x) {
+  static_assert(((leaf<X> && value_element<std::remove_const_t<value_type_t<X>>>) && ...),
+                "qkv: wrt(X...): each X must be a matrix or matrix_view of float, double, bf16 or f16 (masks are constants)");
+  return {std::tie(x...)};
+}
+
+namespace detail {
+
+template <class T>
+using grad_matrix = matrix<T, dyn, dyn>;
+
+template <class L>
+std::size_t leaf_col_stride(const L& l) {
+  if constexpr (requires { l.col_stride(); }) return l.col_stride();
+  else return 1;
+}
+
+// Whether leaf a is the object b names: the same data, extents and strides.
+template <class A, class B>
+bool same_leaf(const A& a, const B& b) {
+  if constexpr (!std::is_same_v<std::remove_const_t<value_type_t<A>>, std::remove_const_t<value_type_t<B>>>) {
+    return false;
+  } else {
+    return static_cast<const void*>(a.data()) == static_cast<const void*>(b.data()) && a.rows() == b.rows() &&
+           a.cols() == b.cols() && (a.rows() < 2 || a.row_stride() == b.row_stride()) &&
+           (a.cols() < 2 || leaf_col_stride(a) == leaf_col_stride(b));
+  }
+}
+
+// Whether e reads any of the leaves in w.
+template <class E, class... X>
+bool reads_any(const E& e, const wrt_t<X...>& w) {
+  bool found = false;
+  auto look = [&](const auto& l) {
+    if constexpr (leaf<decltype(l)>)
+      std::apply([&](const auto&... x) { found = found || (same_leaf(l, x) || ...); }, w.leaves);
+  };
+  for_each_leaf(e, look);
+  return found;
+}
+
+// e's value as a matrix of T.
+template <class T, class E>
+grad_matrix<T> value_of(const E& e) {
+  if constexpr (leaf<E>) {
+    grad_matrix<T> r(e.rows(), e.cols());
+    for (std::size_t i = 0; i < e.rows(); ++i)
+      for (std::size_t j = 0; j < e.cols(); ++j) r(i, j) = static_cast<T>(e(i, j));
+    return r;
+  } else {
+    const auto v = eval(e, naive);
+    return value_of<T>(v);
+  }
+}
+
+template <class, class T>
+using same_as_for = T;
+
+// The targets, and the sum of the gradients reaching each.
+template <class T, class... X>
+struct gradients {
+  const wrt_t<X...>& targets;
+  std::tuple<same_as_for<X, grad_matrix<T>>...> sums;
+};
+
+template <class T>
+void add_into(grad_matrix<T>& sum, const grad_matrix<T>& g) {
+  for (std::size_t i = 0; i < g.rows(); ++i)
+    for (std::size_t j = 0; j < g.cols(); ++j) sum(i, j) += g(i, j);
+}
+
+template <class... Any>
+inline constexpr bool no_backward = false;
+
+template <class T, class E, class... X>
+void backprop(const E&, const grad_matrix<T>&, gradients<T, X...>&) {
+  static_assert(no_backward<E>,
+                "qkv: gradient(e, dO, wrt(X...)): e holds a node without a backward yet (built: products, transpose, "
+                "scaling, sums and differences, softmax, causal and masks, on matrices)");
+}
+
+template <class T, class E, class... X>
+  requires leaf<E>
+void backprop(const E& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((same_leaf(e, std::get<I>(acc.targets.leaves)) ? add_into(std::get<I>(acc.sums), g) : void()), ...);
+  }(std::index_sequence_for<X...>{});
+}
+
+// Only into an operand that reads a target.
+template <class T, class E, class... X, class G>
+void backprop_into(const E& e, G&& make_gradient, gradients<T, X...>& acc) {
+  if (reads_any(e, acc.targets)) backprop(e, grad_matrix<T>(make_gradient()), acc);
+}
+
+template <class T, class A, class B, class... X>
+void backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.lhs(), [&] { return eval(g * transpose(value_of<T>(e.rhs())), naive); }, acc);
+  backprop_into(e.rhs(), [&] { return eval(transpose(value_of<T>(e.lhs())) * g, naive); }, acc);
+}
+
+template <class T, class A, class... X>
+void backprop(const transpose_expr<A>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] { return eval(transpose(g), naive); }, acc);
+}
+
+template <class T, class A, class S, scale_op Op, class... X>
+void backprop(const scaled_expr<A, S, Op>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  const T s = static_cast<T>(e.factor());
+  if constexpr (Op == scale_op::multiply) backprop_into(e.arg(), [&] { return eval(g * s, naive); }, acc);
+  else backprop_into(e.arg(), [&] { return eval(g / s, naive); }, acc);
+}
+
+template <class T, class A, class B, elementwise_op Op, class... X>
+void backprop(const elementwise_expr<A, B, Op>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  static_assert(static_rank_of<bare_t<A>>() == 2 && static_rank_of<bare_t<B>>() == 2,
+                "qkv: gradient(e, dO, wrt(X...)): the backward of tensors is not built yet");
+  backprop_into(e.lhs(), [&] { return g; }, acc);
+  if constexpr (Op == elementwise_op::add) backprop_into(e.rhs(), [&] { return g; }, acc);
+  else backprop_into(e.rhs(), [&] { return eval(g * T(-1), naive); }, acc);
+}
+
+template <class T, class A, class... X>
+void backprop(const softmax_expr<A>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] {
+    const grad_matrix<T> p = value_of<T>(e);
+    grad_matrix<T> ds(p.rows(), p.cols());
+    for (std::size_t i = 0; i < p.rows(); ++i) {
+      T r = 0;
+      for (std::size_t j = 0; j < p.cols(); ++j) r += g(i, j) * p(i, j);
+      // A weight of 0 (masked, or a fully masked row) passes back exactly 0.
+      for (std::size_t j = 0; j < p.cols(); ++j) ds(i, j) = p(i, j) == T(0) ? T(0) : p(i, j) * (g(i, j) - r);
+    }
+    return ds;
+  }, acc);
+}
+
+// G with the masked positions set to 0: keep(i, j) says which stay.
+template <class T, class Keep>
+grad_matrix<T> kept(const grad_matrix<T>& g, Keep keep) {
+  grad_matrix<T> r(g.rows(), g.cols());
+  for (std::size_t i = 0; i < g.rows(); ++i)
+    for (std::size_t j = 0; j < g.cols(); ++j) r(i, j) = keep(i, j) ? g(i, j) : T(0);
+  return r;
+}
+
+template <class T, class S, class... X>
+void backprop(const causal_expr<S>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  const std::size_t n = e.rows(), m = e.cols();
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return j + n <= i + m; }); }, acc);
+}
+
+template <class T, class S, class M, class... X>
+void backprop(const masked_expr<S, M>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  static_assert(static_rank_of<bare_t<S>>() == 2 && static_rank_of<bare_t<M>>() == 2,
+                "qkv: gradient(e, dO, wrt(X...)): the backward of tensors is not built yet");
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return bool(e.mask()(i, j)); }); },
+                acc);
+}
+
+template <class T, class S, class P, class... X>
+void backprop(const predicate_masked_expr<S, P>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return call_predicate(e.predicate(), i, j); }); },
+                acc);
+}
+
+template <class X>
+using gradient_of_t = matrix<std::remove_const_t<value_type_t<X>>, bare_t<X>::static_rows, bare_t<X>::static_cols>;
+
+template <class X>
+inline constexpr bool differentiable_leaf = leaf<X> && value_element<std::remove_const_t<value_type_t<X>>>;
+
+template <class E, class D, class... X>
+auto naive_gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
+  using T = std::remove_const_t<value_type_t<E>>;
+  constexpr bool rank2 = static_rank_of<bare_t<E>>() == 2;
+  constexpr bool same_extents = static_extents_agree<bare_t<E>::static_rows, bare_t<D>::static_rows> &&
+                                static_extents_agree<bare_t<E>::static_cols, bare_t<D>::static_cols>;
+  static_assert(element<T>, "qkv: gradient(e, dO, wrt(X...)): the backward of bf16 and f16 expressions is not built yet");
+  static_assert(rank2, "qkv: gradient(e, dO, wrt(X...)): the backward of tensors is not built yet");
+  static_assert(same_extents, "qkv: gradient(e, dO, wrt(X...)): the extents of dO differ from the extents of e");
+  // (wrt has said what is wrong with an X; nothing more is said here.)
+  if constexpr (!(element<T> && rank2 && same_extents && (differentiable_leaf<X> && ...))) {
+    return std::tuple<>{};
+  } else {
+    require_same_shape(e, d_out, "gradient(e, dO, wrt(X...)): the shapes of e and dO differ");
+    gradients<T, X...> acc{w, {}};
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((std::get<I>(acc.sums) = grad_matrix<T>(std::get<I>(w.leaves).rows(), std::get<I>(w.leaves).cols())), ...);
+    }(std::index_sequence_for<X...>{});
+    backprop_into(e, [&] { return value_of<T>(d_out); }, acc);
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<gradient_of_t<X>...>{gradient_of_t<X>(std::get<I>(acc.sums))...};
+    }(std::index_sequence_for<X...>{});
+  }
+}
+
+}  // namespace detail
+
+// The gradients of Σ dO ∘ e with respect to X..., node by node.
+template <expression E, class D, class... X>
+auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, naive_t) {
+  return detail::naive_gradient(e, d_out, w);
+}
+
+// The best strategy: node by node, as long as no fused backward is built.
+template <expression E, class D, class... X>
+auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
+  return detail::naive_gradient(e, d_out, w);
+}
+
+template <expression E, class D, class... X>
+auto gradient(const E&, const D&, const wrt_t<X...>&, fused_t) {
+  static_assert(detail::no_backward<E>, "qkv: gradient(e, dO, wrt(X...), qkv::fused): the fused backward is not built yet");
+}
+
+// vjp(e): {eval(e), pullback}; pullback(dO, wrt(X...)) is gradient(e, dO, wrt(X...)).
+// The pullback holds e, which holds its lvalue operands by reference: they
+// must outlive it.
+template <class E>
+struct pullback {
+  E e;
+  template <class D, class... X>
+  auto operator()(const D& d_out, const wrt_t<X...>& w) const {
+    return gradient(e, d_out, w);
+  }
+};
+
+template <expression E>
+auto vjp(const E& e) {
+  return std::pair<result_t<E>, pullback<E>>{eval(e), pullback<E>{e}};
+}
+
+}  // namespace qkv

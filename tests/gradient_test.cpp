@@ -1,0 +1,242 @@
+// gradient(e, dO, wrt(X...)) and vjp(e), node by node (eval/gradient.hpp):
+// the attention's dQ, dK, dV against the long-double analytic reference with
+// an error bound argued below; central finite differences in double as an
+// independent check, through projections and a leaf read three times; the
+// contract's small print (zeros for a leaf e does not read, vjp equal to
+// gradient, exact zeros where masked, shape errors).
+#include "reference.hpp"
+#include "support.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <qkv/qkv.hpp>
+
+#include <cmath>
+#include <limits>
+
+using namespace qkv;
+
+namespace {
+
+enum class form { plain, causal, mask };
+
+const char* name(form f) { return f == form::plain ? "plain" : f == form::causal ? "causal" : "mask with an empty row"; }
+
+// Row n/2 keeps nothing (n > 2); elsewhere a pattern.
+matrix<bool, dyn, dyn> pattern(std::size_t n, std::size_t m) {
+  matrix<bool, dyn, dyn> keep(n, m);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) keep(i, j) = (i * 5 + j * 3) % 4 != 0 && !(n > 2 && i == n / 2);
+  return keep;
+}
+
+struct reference {
+  ref::mat dq, dk, dv;        // the exact gradients
+  ref::mat bq, bk, bv;        // bounds on the computed ones' errors
+};
+
+// The analytic backward of O = softmax(S) V, S = c·Q Kᵀ (masked):
+//   dV = Pᵀ dO,  dP = dO Vᵀ,  r_i = Σ_j P_ij dP_ij,  dS = P ∘ (dP − r),
+//   dQ = c·dS K,  dK = c·dSᵀ Q.
+// The bound follows the naive backward's own steps in T (u = T's unit
+// roundoff, γ_k as in reference.hpp), from the error of the weights it
+// recomputes: P̂ = P(1 + ρ), ρ_ij = 2·max_k e_ik + u|s_ij − max_k s_ik| + 5u
+// + γ_m with e the scores' error γ_dk·c·(|Q||K|ᵀ) + 2u|s| (as for the
+// forward; a weight below the smallest normal may flush: + tiny). Then
+//   dV:  Pe ᵀ|dO| + γ_n (P + Pe)ᵀ|dO|
+//   dP:  dPe = γ_dv |dO||V|ᵀ
+//   r:   re_i = Σ_j (dPe_ij P_ij + |dP_ij| Pe_ij) + γ_{m+1} Σ_j |dP_ij| P_ij
+//   dS:  dSe = Pe |dP − r| + P (dPe + re) + 2u P (|dP| + |r|)
+//   dQ:  c·(dSe |K| + γ_{m+1} |dS||K|)   (the scaling's rounding, then the product)
+//   dK:  c·(dSeᵀ|Q| + γ_{n+1} |dS|ᵀ|Q|)
+// each doubled for the second-order terms, as the forward's bound is.
+template <class T>
+reference backward(const ref::mat& q, const ref::mat& k, const ref::mat& v, const ref::mat& d_o, ref::real c, form f,
+                   const matrix<bool, dyn, dyn>& keep) {
+  const std::size_t n = q.rows, m = k.rows, dk = q.cols, dv = v.cols;
+  const ref::real u = ref::unit_roundoff<T>;
+  ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), c);
+  if (f == form::causal) s = ref::causal(s);
+  if (f == form::mask) s = ref::masked(s, keep);
+  const ref::mat p = ref::softmax(s);
+  const ref::mat qk = ref::scale(ref::matmul(ref::abs(q), ref::transpose(ref::abs(k))), c);
+  ref::mat pe(n, m);
+  for (std::size_t i = 0; i < n; ++i) {
+    ref::real emax = 0, smax = -std::numeric_limits<ref::real>::infinity();
+    for (std::size_t j = 0; j < m; ++j)
+      if (p(i, j) != 0) emax = std::fmax(emax, ref::gamma<T>(dk) * qk(i, j) + 2 * u * std::fabs(s(i, j))), smax = std::fmax(smax, s(i, j));
+    for (std::size_t j = 0; j < m; ++j)
+      if (p(i, j) != 0)
+        pe(i, j) = p(i, j) * (2 * emax + u * std::fabs(s(i, j) - smax) + 5 * u + ref::gamma<T>(m)) + ref::tiny<T>;
+  }
+  reference r;
+  const ref::mat pt = ref::transpose(p), pet = ref::transpose(pe), ado = ref::abs(d_o);
+  r.dv = ref::matmul(pt, d_o);
+  r.bv = ref::matmul(pet, ado);
+  const ref::mat pv = ref::matmul(pt, ado);
+  for (std::size_t x = 0; x < r.bv.v.size(); ++x) r.bv.v[x] = 2 * (r.bv.v[x] + ref::gamma<T>(n) * (pv.v[x] + r.bv.v[x]));
+
+  const ref::mat dp = ref::matmul(d_o, ref::transpose(v));
+  const ref::mat dpe = ref::scale(ref::matmul(ado, ref::transpose(ref::abs(v))), ref::gamma<T>(dv));
+  ref::mat ds(n, m), dse(n, m);
+  for (std::size_t i = 0; i < n; ++i) {
+    ref::real ri = 0, re = 0, mag = 0;
+    for (std::size_t j = 0; j < m; ++j) {
+      ri += p(i, j) * dp(i, j);
+      re += dpe(i, j) * p(i, j) + std::fabs(dp(i, j)) * pe(i, j);
+      mag += std::fabs(dp(i, j)) * p(i, j);
+    }
+    re += ref::gamma<T>(m + 1) * mag;
+    for (std::size_t j = 0; j < m; ++j) {
+      ds(i, j) = p(i, j) * (dp(i, j) - ri);
+      dse(i, j) = pe(i, j) * std::fabs(dp(i, j) - ri) + p(i, j) * (dpe(i, j) + re) +
+                  2 * u * p(i, j) * (std::fabs(dp(i, j)) + std::fabs(ri));
+    }
+  }
+  const ref::mat ak = ref::abs(k), aq = ref::abs(q), ads = ref::abs(ds);
+  r.dq = ref::scale(ref::matmul(ds, k), c);
+  r.dk = ref::scale(ref::matmul(ref::transpose(ds), q), c);
+  const ref::mat eq = ref::matmul(dse, ak), mq = ref::matmul(ads, ak);
+  const ref::mat ek = ref::matmul(ref::transpose(dse), aq), mk = ref::matmul(ref::transpose(ads), aq);
+  r.bq = ref::mat(n, dk);
+  r.bk = ref::mat(m, dk);
+  for (std::size_t x = 0; x < r.bq.v.size(); ++x) r.bq.v[x] = 2 * c * (eq.v[x] + ref::gamma<T>(m + 1) * mq.v[x]);
+  for (std::size_t x = 0; x < r.bk.v.size(); ++x) r.bk.v[x] = 2 * c * (ek.v[x] + ref::gamma<T>(n + 1) * mk.v[x]);
+  return r;
+}
+
+template <class T>
+auto attention(const matrix<T, dyn, dyn>& Q, const matrix<T, dyn, dyn>& K, const matrix<T, dyn, dyn>& V, T c, form f,
+               const matrix<bool, dyn, dyn>& keep, const matrix<T, dyn, dyn>& dO) {
+  switch (f) {
+    case form::causal: return gradient(softmax(causal(Q * transpose(K)) * c) * V, dO, wrt(Q, K, V));
+    case form::mask: return gradient(softmax(masked(Q * transpose(K) * c, keep)) * V, dO, wrt(Q, K, V));
+    default: return gradient(softmax(Q * transpose(K) * c) * V, dO, wrt(Q, K, V), naive);
+  }
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("the attention backward matches the long-double reference within its bound", "[gradient]", float,
+                   double) {
+  using T = TestType;
+  const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>(
+      {{1, 1, 1, 1}, {3, 5, 4, 2}, {7, 13, 5, 3}, {17, 9, 8, 6}, {33, 70, 17, 9}, {70, 33, 64, 40}}));
+  for (form f : {form::plain, form::causal, form::mask}) {
+    INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << name(f));
+    ref::rng rng(static_cast<std::uint32_t>(n * 13 + m * 5 + dk));
+    matrix<T, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv);
+    rng.fill(Q, -2, 2);
+    rng.fill(K, -2, 2);
+    rng.fill(V);
+    rng.fill(dO);
+    const auto keep = pattern(n, m);
+    const T c = T(1) / std::sqrt(T(dk));
+    const auto [dQ, dK, dV] = attention(Q, K, V, c, f, keep, dO);
+    const reference r = backward<T>(ref::from(Q), ref::from(K), ref::from(V), ref::from(dO), c, f, keep);
+    CHECK(ref::worst_ratio(dQ, r.dq, r.bq) <= 1);
+    CHECK(ref::worst_ratio(dK, r.dk, r.bk) <= 1);
+    CHECK(ref::worst_ratio(dV, r.dv, r.bv) <= 1);
+    if (f == form::mask && n > 2)
+      for (std::size_t j = 0; j < dk; ++j) CHECK(dQ(n / 2, j) == T(0));  // a row that sees nothing: exactly 0
+  }
+}
+
+namespace {
+
+// Σ dO ∘ f(), in long double.
+template <class F>
+ref::real loss(F f, const matrix<double, dyn, dyn>& dO) {
+  const auto o = f();
+  ref::real s = 0;
+  for (std::size_t i = 0; i < o.rows(); ++i)
+    for (std::size_t j = 0; j < o.cols(); ++j) s += static_cast<ref::real>(o(i, j)) * dO(i, j);
+  return s;
+}
+
+// Central differences of the loss in x(i, j), step h: error O(h²) from the
+// third derivative (entries and scores of a few units: below 1e-9 at h =
+// 1e-5) plus the loss's rounding over 2h (1e-16 / 1e-5): 1e-7 covers both
+// with room, against gradients of order 1.
+template <class F>
+double central(F f, matrix<double, dyn, dyn>& x, std::size_t i, std::size_t j, const matrix<double, dyn, dyn>& dO) {
+  const double h = 1e-5, keep = x(i, j);
+  x(i, j) = keep + h;
+  const ref::real up = loss(f, dO);
+  x(i, j) = keep - h;
+  const ref::real down = loss(f, dO);
+  x(i, j) = keep;
+  return static_cast<double>((up - down) / (2 * h));
+}
+
+}  // namespace
+
+TEST_CASE("gradients agree with central differences through projections and a leaf read three times", "[gradient]") {
+  // Self-attention over X with projections: X reaches the result through
+  // Q = X Wq, K = X Wk and V = X Wv, so dX sums three paths.
+  const std::size_t n = 11, d = 6, a = 5;
+  ref::rng rng(9);
+  matrix<double, dyn, dyn> X(n, d), Wq(d, a), Wk(d, a), Wv(d, 4), dO(n, 4);
+  rng.fill(X);
+  rng.fill(Wq);
+  rng.fill(Wk);
+  rng.fill(Wv);
+  rng.fill(dO);
+  const double c = 1 / std::sqrt(double(a));
+  auto forward = [&] { return eval(softmax(causal((X * Wq) * transpose(X * Wk)) * c) * (X * Wv), naive); };
+  const auto [dX, dWq, dWv] = gradient(softmax(causal((X * Wq) * transpose(X * Wk)) * c) * (X * Wv), dO, wrt(X, Wq, Wv));
+  double worst = 0;
+  for (std::size_t i = 0; i < n; i += 2)
+    for (std::size_t j = 0; j < d; ++j) worst = std::max(worst, std::fabs(dX(i, j) - central(forward, X, i, j, dO)));
+  for (std::size_t i = 0; i < d; ++i)
+    for (std::size_t j = 0; j < a; ++j) worst = std::max(worst, std::fabs(dWq(i, j) - central(forward, Wq, i, j, dO)));
+  for (std::size_t i = 0; i < d; ++i)
+    for (std::size_t j = 0; j < 4; ++j) worst = std::max(worst, std::fabs(dWv(i, j) - central(forward, Wv, i, j, dO)));
+  CHECK(worst < 1e-7);
+
+  // Q = K = V = X: the sum of the three gradients of separate leaves.
+  matrix<double, dyn, dyn> Y(n, d), dY(n, d);
+  rng.fill(Y);
+  rng.fill(dY);
+  const auto [dSelf] = gradient(softmax(Y * transpose(Y) * c) * Y, dY, wrt(Y));
+  const matrix<double, dyn, dyn> Q = Y, K = Y, V = Y;
+  const auto [dQ, dK, dV] = gradient(softmax(Q * transpose(K) * c) * V, dY, wrt(Q, K, V));
+  double gap = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < d; ++j) gap = std::max(gap, std::fabs(dSelf(i, j) - (dQ(i, j) + dK(i, j) + dV(i, j))));
+  CHECK(gap < 1e-13);
+}
+
+TEST_CASE("gradient: zeros for what e does not read, views name their leaf, vjp is gradient", "[gradient]") {
+  ref::rng rng(4);
+  matrix<float, 6, 4> Q, K;
+  matrix<float, 6, 3> V, dO;
+  matrix<float, 2, 2> unused;
+  rng.fill(Q);
+  rng.fill(K);
+  rng.fill(V);
+  rng.fill(dO);
+  rng.fill(unused);
+  const auto e = softmax(Q * transpose(K) / sqrt(dim<4>)) * V;
+  const auto [dQ, dU, dV] = gradient(e, dO, wrt(Q, unused, V));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dQ)>, matrix<float, 6, 4>>);  // static extents kept
+  for (std::size_t i = 0; i < 2; ++i)
+    for (std::size_t j = 0; j < 2; ++j) CHECK(dU(i, j) == 0.0f);
+  // A view with the same data, extents and strides names the same leaf.
+  const matrix_view<const float, dyn, dyn> Qv(Q);
+  const auto [dQv] = gradient(e, dO, wrt(Qv));
+  CHECK(test::same_bits(dQv, dQ));
+  // vjp: the value is eval(e), and the pullback gives gradient's bits, as often as asked.
+  const auto [O, back] = vjp(e);
+  CHECK(test::same_bits(O, eval(e)));
+  for (int twice = 0; twice < 2; ++twice) {
+    const auto [dQ2, dV2] = back(dO, wrt(Q, V));
+    CHECK(test::same_bits(dQ2, dQ));
+    CHECK(test::same_bits(dV2, dV));
+  }
+}
+
+TEST_CASE("gradient: dO of another shape is a shape_error", "[gradient]") {
+  matrix<float, dyn, dyn> Q(4, 3), K(5, 3), V(5, 2), dO(4, 3);
+  CHECK_THROWS_AS(gradient(softmax(Q * transpose(K)) * V, dO, wrt(Q)), shape_error);
+}
