@@ -240,3 +240,25 @@ TEST_CASE("gradient: dO of another shape is a shape_error", "[gradient]") {
   matrix<float, dyn, dyn> Q(4, 3), K(5, 3), V(5, 2), dO(4, 3);
   CHECK_THROWS_AS(gradient(softmax(Q * transpose(K)) * V, dO, wrt(Q)), shape_error);
 }
+
+TEST_CASE("gradient: float queries over a bf16 cache give the float gradients, rounded once for K and V", "[gradient][half]") {
+  const std::size_t n = 9, m = 14, d = 6;
+  ref::rng rng(12);
+  matrix<float, dyn, dyn> Q(n, d), dO(n, d), Kf(m, d), Vf(m, d);
+  matrix<bf16, dyn, dyn> K(m, d), V(m, d);
+  rng.fill(Q);
+  rng.fill(dO);
+  rng.fill(K);
+  rng.fill(V);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < d; ++j) Kf(i, j) = K(i, j), Vf(i, j) = V(i, j);
+  const auto [dQ, dK, dV] = gradient(softmax(causal(Q * transpose(K)) / 2.0f) * V, dO, wrt(Q, K, V));
+  const auto [dQf, dKf, dVf] = gradient(softmax(causal(Q * transpose(Kf)) / 2.0f) * Vf, dO, wrt(Q, Kf, Vf));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dK)>, matrix<bf16, dyn, dyn>>);
+  CHECK(test::same_bits(dQ, dQf));
+  bool rounded = true;
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t j = 0; j < d; ++j)
+      rounded = rounded && dK(i, j).bits() == bf16(dKf(i, j)).bits() && dV(i, j).bits() == bf16(dVf(i, j)).bits();
+  CHECK(rounded);
+}

@@ -13,9 +13,11 @@
 // one of the X when it has its data, extents and strides; every occurrence
 // adds to its gradient.
 //
-// Built so far: matrices, with the nodes above. The similarities, score_mod,
-// tensors and the fused backward are not built yet; asking for them is a
-// `qkv:` compile error, never a wrong answer.
+// Built so far: float and double matrices (float queries over a 2-byte K and
+// V too, their gradients rounded once to it), with the nodes above. The
+// similarities, score_mod, tensors, all-2-byte expressions and the fused
+// backward are not built yet; asking for them is a `qkv:` compile error,
+// never a wrong answer.
 #pragma once
 
 #include "../expr/elementwise.hpp"
@@ -93,8 +95,9 @@ grad_matrix<T> value_of(const E& e) {
       for (std::size_t j = 0; j < e.cols(); ++j) r(i, j) = static_cast<T>(e(i, j));
     return r;
   } else {
-    const auto v = eval(e, naive);
-    return value_of<T>(v);
+    grad_matrix<T> r(e.rows(), e.cols());
+    eval_into(r, e, naive);  // a 2-byte subexpression: its float value, unrounded
+    return r;
   }
 }
 
@@ -212,6 +215,16 @@ void backprop(const predicate_masked_expr<S, P>& e, const grad_matrix<T>& g, gra
 template <class X>
 using gradient_of_t = matrix<std::remove_const_t<value_type_t<X>>, bare_t<X>::static_rows, bare_t<X>::static_cols>;
 
+// A gradient sum in X's storage: rounded once where X is bf16 or f16.
+template <class X, class T>
+gradient_of_t<X> stored_as(const grad_matrix<T>& g) {
+  using S = std::remove_const_t<value_type_t<X>>;
+  gradient_of_t<X> r(g.rows(), g.cols());
+  for (std::size_t i = 0; i < g.rows(); ++i)
+    for (std::size_t j = 0; j < g.cols(); ++j) r(i, j) = static_cast<S>(g(i, j));
+  return r;
+}
+
 template <class X>
 inline constexpr bool differentiable_leaf = leaf<X> && value_element<std::remove_const_t<value_type_t<X>>>;
 
@@ -235,7 +248,7 @@ auto naive_gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
     }(std::index_sequence_for<X...>{});
     backprop_into(e, [&] { return value_of<T>(d_out); }, acc);
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<gradient_of_t<X>...>{gradient_of_t<X>(std::get<I>(acc.sums))...};
+      return std::tuple<gradient_of_t<X>...>{stored_as<X>(std::get<I>(acc.sums))...};
     }(std::index_sequence_for<X...>{});
   }
 }
