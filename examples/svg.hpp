@@ -34,7 +34,8 @@ struct series {
 
 // A line chart over x (drawn on a log₂ axis), y from 0 to the largest value.
 inline bool line_chart_svg(const std::string& path, const std::string& title, const std::string& y_label,
-                           const std::vector<double>& x, const std::vector<series>& lines) {
+                           const std::vector<double>& x, const std::vector<series>& lines,
+                           const std::string& x_label = "T") {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return false;
   const double W = 520, H = 300, left = 60, bottom = 40, top = 30, right = 150;
@@ -50,7 +51,8 @@ inline bool line_chart_svg(const std::string& path, const std::string& title, co
   std::fprintf(f, "<text x=\"5\" y=\"%g\" transform=\"rotate(-90 12 %g)\">%s</text>\n", H / 2, H / 2, y_label.c_str());
   for (std::size_t k = 0; k < x.size(); ++k)
     std::fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%g</text>\n", px(k), H - bottom + 16, x[k]);
-  std::fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">T</text>\n", (left + W - right) / 2, H - 6);
+  std::fprintf(f, "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">%s</text>\n", (left + W - right) / 2, H - 6,
+               x_label.c_str());
   for (std::size_t s = 0; s < lines.size(); ++s) {
     std::string pts;
     for (std::size_t k = 0; k < lines[s].y.size(); ++k) pts += std::to_string(px(k)) + "," + std::to_string(py(lines[s].y[k])) + " ";

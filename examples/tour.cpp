@@ -150,12 +150,13 @@ std::pair<double, double> losers(const dmat& s, const dmat& ds) {
 }
 
 // §4(a): what backprop sends to the keys that lost, and self-test (b).
-void gradient_argument() {
+void gradient_argument(const char* svg_dir) {
   constexpr std::size_t n = 256, dv = 8;
   std::printf("\n§4(a)  The gradient that reaches the losing keys: %zu queries, %zu keys, coordinates N(0, 1), dO N(0, 1)\n", n, n);
   std::printf("  dS = gradient(softmax(S) * V, dO, wrt(S)); per row, the mass sum_{j != winner} |dS_ij|\n");
   std::printf("  %5s | %-25s | %-28s\n", "d_k", "median mass raw / scaled", "rows below 1e-6 raw / scaled");
   std::mt19937_64 gen(1905);
+  std::vector<double> dks, raw_mass, scaled_mass;
   for (std::size_t dk : {2, 8, 64, 512}) {
     const dmat Q = normal(n, dk, 1, gen), K = normal(n, dk, 1, gen), V = normal(n, dv, 1, gen), dO = normal(n, dv, 1, gen);
     const dmat raw = eval(Q * transpose(K)), scaled = eval(Q * transpose(K) / std::sqrt(double(dk)));
@@ -165,6 +166,13 @@ void gradient_argument() {
     const auto [mass_scaled, dead_scaled] = losers(scaled, d_scaled);
     std::printf("  %5zu | %10.3g / %-12.3g | %10.0f %% / %.0f %%\n", dk, mass_raw, mass_scaled, 100 * dead_raw,
                 100 * dead_scaled);
+    dks.push_back(double(dk)), raw_mass.push_back(mass_raw), scaled_mass.push_back(mass_scaled);
+  }
+  if (svg_dir != nullptr) {
+    const std::string path = std::string(svg_dir) + "/gradient_to_losing_keys.svg";
+    tour::line_chart_svg(path, "gradient reaching the keys that lost a row (median over 256 rows)", "mass", dks,
+                         {{"scaled", "#1f77b4", scaled_mass}, {"raw", "#d62728", raw_mass}}, "d_k");
+    std::printf("  wrote %s\n", path.c_str());
   }
   std::printf("  Unscaled, the softmax saturates as d_k grows: the keys that lost a row get almost no gradient\n"
               "  from it. Scaled, the mass stays of one size for every d_k, and every key keeps learning.\n");
@@ -329,7 +337,7 @@ int main(int argc, char** argv) {
   }
   worked_example();
   variance_argument(svg_dir);
-  gradient_argument();
+  gradient_argument(svg_dir);
   bill();
   timing(svg_dir, max_t);
   two_byte(max_t);
