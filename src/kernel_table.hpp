@@ -26,6 +26,22 @@ struct attention_entries {
   void (*decode_merge)(const attention_problem<T>& problem, const T* parts, std::size_t count);
 };
 
+// The fused backward (kernels/attention_backward.hpp): the buffer sizes, and
+// the pieces src/attention_backward.cpp spreads over threads.
+template <class T>
+struct backward_entries {
+  std::size_t (*shared_size)(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv);
+  std::size_t (*scratch_size)();
+  std::size_t (*query_blocks)(std::size_t n);
+  std::size_t (*key_blocks)(std::size_t m);
+  void (*prepare)(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared);
+  void (*key_block)(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kb,
+                    T* scratch, bool with_dq);
+  void (*query_block)(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t qb,
+                      T* scratch);
+  void (*finish)(const attention_problem<T>& p, const attention_gradient<T>& g, const T* shared);
+};
+
 template <class T>
 struct kernel_set {
   std::size_t (*gemm_workspace)(std::size_t m, std::size_t n, std::size_t k);
@@ -37,6 +53,7 @@ struct kernel_set {
   void (*subtract)(strided<T> x, strided<const T> y);
   void (*copy)(strided<const T> src, strided<T> dst);
   attention_entries<T> attention;
+  backward_entries<T> backward;
 };
 
 struct kernel_table {

@@ -5,11 +5,26 @@
 #include "kernel_table.hpp"
 
 #include <qkv/kernels/attention.hpp>
+#include <qkv/kernels/attention_backward.hpp>
 #include <qkv/kernels/elementwise.hpp>
 #include <qkv/kernels/gemm.hpp>
 #include <qkv/kernels/softmax.hpp>
 
 namespace qkv::kernels {
+
+// The backward without extensions: the compiled kernels' functions.
+template <class Arch, class T>
+struct compiled_backward {
+  using kernel = attention_backward<Arch, T, no_extension, blocking_of<Arch, T>()>;
+  static void key_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kb,
+                        T* scratch, bool with_dq) {
+    kernel::key_block(p, g, shared, kb, scratch, with_dq, no_extension{});
+  }
+  static void query_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t qb,
+                          T* scratch) {
+    kernel::query_block(p, g, shared, qb, scratch, no_extension{});
+  }
+};
 
 template <class Arch, class T>
 constexpr kernel_set<T> make_kernel_set() {
@@ -28,7 +43,15 @@ constexpr kernel_set<T> make_kernel_set() {
                         .pack = &at::template pack<T>,
                         .blocks = &at::blocks,
                         .decode_part = &at::template decode_part<T>,
-                        .decode_merge = &at::decode_merge}};
+                        .decode_merge = &at::decode_merge},
+          .backward = {.shared_size = &compiled_backward<Arch, T>::kernel::shared_size,
+                       .scratch_size = &compiled_backward<Arch, T>::kernel::scratch_size,
+                       .query_blocks = &compiled_backward<Arch, T>::kernel::query_blocks,
+                       .key_blocks = &compiled_backward<Arch, T>::kernel::key_blocks,
+                       .prepare = &compiled_backward<Arch, T>::kernel::prepare,
+                       .key_block = &compiled_backward<Arch, T>::key_block,
+                       .query_block = &compiled_backward<Arch, T>::query_block,
+                       .finish = &compiled_backward<Arch, T>::kernel::finish}};
 }
 
 // Float attention over K and V stored as S: the float kernel's blocks and

@@ -361,11 +361,12 @@ using fused_extension_t = chain_extension_t<typename fused_form<E>::scores>;
 
 // The kernel's problem for e written into out; e's operands that are not
 // storage are evaluated (by Policy) into `keep`.
-template <class Policy, class E>
-fused_problem_t<E> attention_problem_of(const E& e, kernels::strided<compute_t<value_type_t<E>>> out,
-                                        fused_operands_t<E>& keep, fused_extension_t<E>& ext) {
+// S: how K and V reach the kernel; the backward asks for them in T.
+template <class Policy, class E, class S = kv_storage_t<E>>
+kernels::attention_problem<compute_t<value_type_t<E>>, S> attention_problem_of(
+    const E& e, kernels::strided<compute_t<value_type_t<E>>> out, fused_operands<compute_t<value_type_t<E>>, S>& keep,
+    fused_extension_t<E>& ext) {
   using T = compute_t<value_type_t<E>>;
-  using S = kv_storage_t<E>;
   using chain = score_chain<typename fused_form<E>::scores>;
   score_parts<T, S>& parts = keep.parts;
   chain::template describe<Policy>(e.lhs().arg(), parts, ext);
@@ -376,7 +377,7 @@ fused_problem_t<E> attention_problem_of(const E& e, kernels::strided<compute_t<v
   make_rows_contiguous(parts.bias);
   make_rows_contiguous(parts.mask);
 
-  fused_problem_t<E> problem;
+  kernels::attention_problem<T, S> problem;
   problem.q = parts.q.view;
   problem.k = parts.k.view;
   problem.v = v.view;

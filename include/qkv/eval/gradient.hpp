@@ -28,10 +28,13 @@
 #include "../expr/transpose.hpp"
 #include "../shape/check.hpp"
 #include "../storage/matrix.hpp"
+#include "../kernels/api.hpp"
+#include "../storage/aligned_buffer.hpp"
 #include "eval.hpp"
 #include "strategy.hpp"
 
 #include <cstddef>
+#include <limits>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -109,6 +112,7 @@ template <class T, class... X>
 struct gradients {
   const wrt_t<X...>& targets;
   std::tuple<same_as_for<X, grad_matrix<T>>...> sums;
+  bool fuse = false;  // the fused backward where e has one (has_fused_backward)
 };
 
 template <class T>
@@ -142,9 +146,79 @@ void backprop_into(const E& e, G&& make_gradient, gradients<T, X...>& acc) {
 }
 
 template <class T, class A, class B, class... X>
-void backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+void product_backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
   backprop_into(e.lhs(), [&] { return eval(g * transpose(value_of<T>(e.rhs())), naive); }, acc);
   backprop_into(e.rhs(), [&] { return eval(transpose(value_of<T>(e.lhs())) * g, naive); }, acc);
+}
+
+template <class T, class A, class B, class... X>
+void backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  product_backprop(e, g, acc);
+}
+
+// softmax(S) * V with a fused backward (attention_backward.hpp): the dot
+// product, scaled, biased by a constant, causal, masked by a matrix; on
+// matrices of float or double (K and V of 2 bytes are read as float).
+template <class E>
+inline constexpr bool has_fused_backward = [] {
+  if constexpr (has_fused_form<E>) {
+    using scores = typename fused_form<E>::scores;
+    return score_chain<scores>::core_name == "dot" && chain_extension_t<scores>::empty &&
+           static_rank_of<bare_t<E>>() == 2 && element<std::remove_const_t<value_type_t<E>>>;
+  } else {
+    return false;
+  }
+}();
+
+// The chain's dot product, and whether its bias reads a target.
+template <class Q, class K>
+const product_expr<Q, K>& score_core(const product_expr<Q, K>& s) { return s; }
+template <class A, class B, elementwise_op Op>
+const auto& score_core(const elementwise_expr<A, B, Op>& s) {
+  if constexpr (bias_sides<A, B, Op>::left) return score_core(s.lhs());
+  else return score_core(s.rhs());
+}
+template <class S>
+const auto& score_core(const S& s) { return score_core(s.arg()); }
+
+template <class Q, class K, class W>
+bool bias_reads_any(const product_expr<Q, K>&, const W&) { return false; }
+template <class A, class B, elementwise_op Op, class W>
+bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
+  if constexpr (bias_sides<A, B, Op>::left) return reads_any(s.rhs(), w) || bias_reads_any(s.lhs(), w);
+  else return reads_any(s.lhs(), w) || bias_reads_any(s.rhs(), w);
+}
+template <class S, class W>
+bool bias_reads_any(const S& s, const W& w) { return bias_reads_any(s.arg(), w); }
+
+// The forward again, keeping each row's log-sum-exp, then the fused
+// backward; dQ, dK and dV go on into Q, K and V as written in e.
+template <class T, class A, class V, class... X>
+  requires has_fused_backward<product_expr<A, V>>
+void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  using E = product_expr<A, V>;
+  const auto& scores = e.lhs().arg();
+  if (!acc.fuse || bias_reads_any(scores, acc.targets)) return product_backprop(e, g, acc);
+  const std::size_t n = e.rows(), dv = e.cols();
+  fused_operands<T, T> keep;
+  fused_extension_t<E> ext;
+  grad_matrix<T> out(n, dv);
+  const auto view = [](auto& x) { return dense(x.data(), x.rows(), x.cols(), x.row_stride()); };
+  auto problem = attention_problem_of<best_policy, E, T>(e, view(out), keep, ext);
+  const std::size_t m = problem.k.rows, dk = problem.q.cols;
+  aligned_buffer<T> lse(n, aligned_buffer<T>::uninitialized);
+  for (std::size_t i = 0; i < n; ++i) lse.data()[i] = -std::numeric_limits<T>::infinity();
+  problem.lse = lse.data();
+  kernels::attention(problem);
+  grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
+  const kernels::attention_gradient<T> grads{dense<const T>(g.data(), n, dv, g.row_stride()),
+                                             dense<const T>(out.data(), n, dv, out.row_stride()),
+                                             lse.data(), view(dq), view(dk_), view(dv_)};
+  kernels::attention_backward(problem, grads);
+  const auto& core = score_core(scores);
+  backprop_into(core.lhs(), [&] { return dq; }, acc);
+  backprop_into(core.rhs().arg(), [&] { return dk_; }, acc);
+  backprop_into(e.rhs(), [&] { return dv_; }, acc);
 }
 
 template <class T, class A, class... X>
@@ -229,7 +303,7 @@ template <class X>
 inline constexpr bool differentiable_leaf = leaf<X> && value_element<std::remove_const_t<value_type_t<X>>>;
 
 template <class E, class D, class... X>
-auto naive_gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
+auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse) {
   using T = std::remove_const_t<value_type_t<E>>;
   constexpr bool rank2 = static_rank_of<bare_t<E>>() == 2;
   constexpr bool same_extents = static_extents_agree<bare_t<E>::static_rows, bare_t<D>::static_rows> &&
@@ -242,7 +316,7 @@ auto naive_gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
     return std::tuple<>{};
   } else {
     require_same_shape(e, d_out, "gradient(e, dO, wrt(X...)): the shapes of e and dO differ");
-    gradients<T, X...> acc{w, {}};
+    gradients<T, X...> acc{w, {}, fuse};
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((std::get<I>(acc.sums) = grad_matrix<T>(std::get<I>(w.leaves).rows(), std::get<I>(w.leaves).cols())), ...);
     }(std::index_sequence_for<X...>{});
@@ -258,18 +332,23 @@ auto naive_gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
 // The gradients of Σ dO ∘ e with respect to X..., node by node.
 template <expression E, class D, class... X>
 auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, naive_t) {
-  return detail::naive_gradient(e, d_out, w);
+  return detail::gradient_by(e, d_out, w, false);
 }
 
-// The best strategy: node by node, as long as no fused backward is built.
+// The best strategy: the fused backward for each attention that has one
+// (detail::has_fused_backward), node by node elsewhere.
 template <expression E, class D, class... X>
 auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
-  return detail::naive_gradient(e, d_out, w);
+  return detail::gradient_by(e, d_out, w, true);
 }
 
+// Fused: e must be an attention with a fused backward.
 template <expression E, class D, class... X>
-auto gradient(const E&, const D&, const wrt_t<X...>&, fused_t) {
-  static_assert(detail::no_backward<E>, "qkv: gradient(e, dO, wrt(X...), qkv::fused): the fused backward is not built yet");
+auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, fused_t) {
+  static_assert(detail::has_fused_backward<E>,
+                "qkv: gradient(e, dO, wrt(X...), qkv::fused): e has no fused backward (built: softmax(S) * V on "
+                "matrices, S the dot product, scaled, biased by a constant, causal or masked by a matrix)");
+  if constexpr (detail::has_fused_backward<E>) return detail::gradient_by(e, d_out, w, true);
 }
 
 // vjp(e): {eval(e), pullback}; pullback(dO, wrt(X...)) is gradient(e, dO, wrt(X...)).

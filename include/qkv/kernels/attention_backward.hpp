@@ -1,0 +1,217 @@
+// The fused backward of attention_problem.hpp's attention, FlashAttention-2's:
+// the weights are recomputed block by block from Q, K and the row
+// log-sum-exp L that the forward kept, P = exp(s − L), and never stored
+// whole. For a BQ × BK tile of queries i and keys j, with D_i = Σ_c dO_ic O_ic:
+//   dV_j += Pᵀ dO_i,  dP = dO_i V_jᵀ,  dS = P ∘ (dP − D_i),
+//   dK_j += a dSᵀ Q_i,  dQ_i += a dS K_j      (a: the score's scale)
+// The split that needs no atomics: a key block's dK and dV are sums over the
+// query blocks, in their order, on one thread (key_block); a query block's dQ
+// is a sum over the key blocks, in their order (query_block, or key_block
+// on one thread, which computes the same tiles in the same order). Either
+// way every sum runs in one fixed order, so the result does not depend on
+// the threads.
+//
+// Layouts, all packed once per call (prepare): K and V as the score tile's B
+// operands (Kᵀ, Vᵀ panels), K again as the B operand of dS K, and Qᵀ and
+// dOᵀ as rows, the A operands of the products that sum over queries. dK and
+// dV are summed transposed (dk × m, dv × m), so that a tile's P and dS,
+// packed as B operands, serve both; finish() writes them out.
+//
+// A weight of 0 (a masked key, a row that sees nothing) gives dS = 0
+// exactly. Not built yet: value or key rows that are not finite where they
+// are masked (the forward confines them; here 0 · NaN reaches dQ and dK).
+#pragma once
+
+#include "attention_problem.hpp"
+#include "blocking.hpp"
+#include "online_softmax.hpp"
+#include "register_tile.hpp"
+#include "score_transform.hpp"
+
+#include <xsimd/xsimd.hpp>
+
+#include <cstddef>
+#include <limits>
+
+namespace qkv::kernels {
+
+template <class Arch, class T, class Ext, blocking B>
+struct attention_backward {
+  using tile = register_tile<Arch, T>;
+  using batch = typename tile::batch;
+  using scores = score_transform<Arch, T, Ext>;
+  using softmax = online_softmax<Arch, T>;
+  static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
+  static constexpr std::size_t BQ = B.query_rows;                 // queries in a tile
+  static constexpr std::size_t BK = blocking::round_up(64, NR);  // keys in a tile
+  static_assert(B.valid() && B.lanes == W && B.tile_rows == MR, "qkv: internal: blocking of another instruction set");
+
+  static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
+  static constexpr std::size_t aligned(std::size_t x) { return B.aligned(x); }
+  static constexpr std::size_t up(std::size_t x, std::size_t to) { return blocking::round_up(x, to); }
+
+  static constexpr std::size_t query_blocks(std::size_t n) { return (n + BQ - 1) / BQ; }
+  static constexpr std::size_t key_blocks(std::size_t m) { return (m + BK - 1) / BK; }
+
+  // The shared buffer's parts, in order.
+  struct parts {
+    std::size_t kt, vt, kp, qt, dot, delta, dkt, dvt, end;
+  };
+  static constexpr parts layout(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
+    parts x{};
+    x.kt = 0;
+    x.vt = x.kt + aligned(up(m, NR) * dk);
+    x.kp = x.vt + aligned(up(m, NR) * dv);
+    x.qt = x.kp + aligned(m * up(dk, NR));
+    x.dot = x.qt + aligned(dk * n);
+    x.delta = x.dot + aligned(dv * n);
+    x.dkt = x.delta + aligned(n);
+    x.dvt = x.dkt + aligned(dk * m);
+    x.end = x.dvt + aligned(dv * m);
+    return x;
+  }
+  static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
+    return layout(n, m, dk, dv).end;
+  }
+  // A tile's scores or weights, dP or dS, and P and dS packed: per thread.
+  static constexpr std::size_t scratch_size() { return 4 * aligned(BQ * BK); }
+
+  // Packs the operands, computes D, and zeroes the sums (dQ's too).
+  static void prepare(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const parts x = layout(n, m, dk, dv);
+    tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared + x.kt);
+    tile::pack_transposed(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, shared + x.vt);
+    tile::pack(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared + x.kp);
+    T* qt = shared + x.qt;
+    T* dot = shared + x.dot;
+    T* delta = shared + x.delta;
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t c = 0; c < dk; ++c) qt[c * n + i] = p.q(i, c);
+      T d = T(0);
+      for (std::size_t c = 0; c < dv; ++c) {
+        dot[c * n + i] = g.d_out(i, c);
+        d += g.d_out(i, c) * g.out(i, c);
+      }
+      delta[i] = d;
+    }
+    for (std::size_t e = x.dkt; e < x.end; ++e) shared[e] = T(0);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = T(0);
+  }
+
+  // dK and dV of key block kb, over every query block it is seen by; dQ too
+  // when with_dq (one thread: then no query_block is run).
+  static void key_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kb,
+                        T* scratch, bool with_dq, const Ext& ext) {
+    const std::size_t n = p.q.rows, m = p.k.rows, j0 = kb * BK, bc = min(BK, m - j0);
+    for (std::size_t qb = 0; qb < query_blocks(n); ++qb) {
+      const std::size_t i0 = qb * BQ, br = min(BQ, n - i0);
+      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, ext);
+    }
+  }
+
+  // dQ of query block qb, over every key block it sees.
+  static void query_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t qb,
+                          T* scratch, const Ext& ext) {
+    const std::size_t n = p.q.rows, m = p.k.rows, i0 = qb * BQ, br = min(BQ, n - i0);
+    for (std::size_t kb = 0; kb < key_blocks(m); ++kb) {
+      const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
+      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, false, true, ext);
+    }
+  }
+
+  // dK and dV out of their transposed sums.
+  static void finish(const attention_problem<T>& p, const attention_gradient<T>& g, const T* shared) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const parts x = layout(n, m, dk, dv);
+    for (std::size_t j = 0; j < m; ++j) {
+      for (std::size_t c = 0; c < dk; ++c) g.dk(j, c) = shared[x.dkt + c * m + j];
+      for (std::size_t c = 0; c < dv; ++c) g.dv(j, c) = shared[x.dvt + c * m + j];
+    }
+  }
+
+ private:
+  static bool visible(const attention_problem<T>& p, const Ext& ext, std::size_t i0, std::size_t br, std::size_t j0,
+                      std::size_t bc) {
+    return scores::key_end(p, i0 + br - 1) > j0 && scores::keeps_any(p, ext, i0, br, j0, bc);
+  }
+
+  // One tile: queries [i0, i0 + br), keys [j0, j0 + bc).
+  static void pair(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t i0,
+                   std::size_t br, std::size_t j0, std::size_t bc, T* scratch, bool with_dkdv, bool with_dq,
+                   const Ext& ext) {
+    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    const parts x = layout(n, m, dk, dv);
+    const std::size_t bcp = up(bc, NR);
+    T* s = scratch;                  // scores, then weights P (rows of BK)
+    T* ds = s + aligned(BQ * BK);    // dP, then dS
+    T* pp = ds + aligned(BQ * BK);   // P packed as a B operand
+    T* dsp = pp + aligned(BQ * BK);  // dS packed alike
+
+    // Scores and dP; rows past br read the last row again and are not used.
+    for (std::size_t ir = 0; ir < br; ir += MR) {
+      const T* q_rows[MR];
+      const T* do_rows[MR];
+      for (std::size_t r = 0; r < MR; ++r) {
+        const std::size_t i = min(i0 + ir + r, n - 1);
+        q_rows[r] = p.q.ptr(i, 0);
+        do_rows[r] = g.d_out.ptr(i, 0);
+      }
+      for (std::size_t jr = 0; jr < bc; jr += NR) {
+        tile::template run<1>(dk, q_rows, shared + x.kt + (j0 + jr) * dk, s + ir * BK + jr, BK, MR, NR, false);
+        tile::template run<1>(dv, do_rows, shared + x.vt + (j0 + jr) * dv, ds + ir * BK + jr, BK, MR, NR, false);
+      }
+    }
+    // P = exp(s − L) and dS = a · P ∘ (dP − D), exactly 0 where P is.
+    const T* delta = shared + x.delta;
+    const batch zero(T(0)), va(p.scale);
+    for (std::size_t r = 0; r < br; ++r) {
+      T* u = s + r * BK;
+      T* d = ds + r * BK;
+      const T a = scores::apply(p, i0 + r, j0, bc, u, ext);
+      for (std::size_t j = bc; j < bcp; ++j) u[j] = softmax::neg_inf;
+      const T lse = g.lse[i0 + r];
+      // A row that sees nothing has L = −∞: all its weights are 0.
+      const batch vl(lse == softmax::neg_inf ? std::numeric_limits<T>::infinity() : lse), vd(delta[i0 + r]), vra(a);
+      for (std::size_t j = 0; j < bcp; j += W) {
+        const batch w = softmax::exp(xsimd::fms(vra, batch::load_aligned(u + j), vl));
+        const batch dsj = va * w * (batch::load_aligned(d + j) - vd);
+        w.store_aligned(u + j);
+        xsimd::select(w == zero, zero, dsj).store_aligned(d + j);
+      }
+    }
+    if (with_dkdv) {
+      // dVᵀ += dOᵀ P and dKᵀ += Qᵀ dS, both sums over the tile's queries.
+      tile::pack(s, BK, 1, br, bc, pp);
+      tile::pack(ds, BK, 1, br, bc, dsp);
+      sum_over_queries(shared + x.dot, n, i0, br, dv, pp, shared + x.dvt, m, j0, bc);
+      sum_over_queries(shared + x.qt, n, i0, br, dk, dsp, shared + x.dkt, m, j0, bc);
+    }
+    if (with_dq) {
+      // dQ += dS K, a sum over the tile's keys.
+      for (std::size_t ir = 0; ir < br; ir += MR) {
+        const T* rows[MR];
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = ds + min(ir + r, br - 1) * BK;
+        for (std::size_t c = 0; c < dk; c += NR)
+          tile::template run<1>(bc, rows, shared + x.kp + c * m + j0 * NR, g.dq.ptr(i0 + ir, c), g.dq.row_stride,
+                                min(MR, br - ir), min(NR, dk - c), true);
+      }
+    }
+  }
+
+  // sum[0:d, j0:j0+bc] += A[0:d, i0:i0+br] · packed, for A stored d × n
+  // (row stride n) and sum d × m (row stride m).
+  static void sum_over_queries(const T* a, std::size_t n, std::size_t i0, std::size_t br, std::size_t d,
+                               const T* packed, T* sum, std::size_t m, std::size_t j0, std::size_t bc) {
+    for (std::size_t c = 0; c < d; c += MR) {
+      const T* rows[MR];
+      for (std::size_t r = 0; r < MR; ++r) rows[r] = a + min(c + r, d - 1) * n + i0;
+      for (std::size_t jr = 0; jr < bc; jr += NR)
+        tile::template run<1>(br, rows, packed + jr * br, sum + c * m + j0 + jr, static_cast<std::ptrdiff_t>(m),
+                              min(MR, d - c), min(NR, bc - jr), true);
+    }
+  }
+};
+
+}  // namespace qkv::kernels
