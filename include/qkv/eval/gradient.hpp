@@ -35,6 +35,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -108,11 +109,21 @@ template <class, class T>
 using same_as_for = T;
 
 // The targets, and the sum of the gradients reaching each.
+// What vjp(e) keeps of a fused forward: O and each row's log-sum-exp.
+template <class T>
+struct forward_kept {
+  grad_matrix<T> out;
+  aligned_buffer<T> lse;
+};
+
 template <class T, class... X>
 struct gradients {
   const wrt_t<X...>& targets;
   std::tuple<same_as_for<X, grad_matrix<T>>...> sums;
   bool fuse = false;  // the fused backward where e has one (has_fused_backward)
+  // e's own forward, when e is the attention and vjp kept it: used by the
+  // first node reached, e itself, then dropped.
+  const forward_kept<T>* kept = nullptr;
 };
 
 template <class T>
@@ -191,29 +202,46 @@ bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
 template <class S, class W>
 bool bias_reads_any(const S& s, const W& w) { return bias_reads_any(s.arg(), w); }
 
-// The forward again, keeping each row's log-sum-exp, then the fused
-// backward; dQ, dK and dV go on into Q, K and V as written in e.
+// e's fused forward into out, keeping each row's log-sum-exp in lse (n
+// values); the problem it ran, whose operands live in keep.
+template <class T, class E>
+auto fused_forward(const E& e, const kernels::strided<T>& out, T* lse, fused_operands<T, T>& keep,
+                   fused_extension_t<E>& ext) {
+  auto problem = attention_problem_of<best_policy, E, T>(e, out, keep, ext);
+  for (std::size_t i = 0; i < problem.q.rows; ++i) lse[i] = -std::numeric_limits<T>::infinity();
+  problem.lse = lse;
+  kernels::attention(problem);
+  return problem;
+}
+
+template <class T, class M>
+kernels::strided<T> view_of(M& x) {
+  return dense(x.data(), x.rows(), x.cols(), x.row_stride());
+}
+
+// The forward (unless vjp kept it), then the fused backward; dQ, dK and dV
+// go on into Q, K and V as written in e.
 template <class T, class A, class V, class... X>
   requires has_fused_backward<product_expr<A, V>>
 void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
   using E = product_expr<A, V>;
+  const forward_kept<T>* kept = std::exchange(acc.kept, nullptr);
   const auto& scores = e.lhs().arg();
   if (!acc.fuse || bias_reads_any(scores, acc.targets)) return product_backprop(e, g, acc);
-  const std::size_t n = e.rows(), dv = e.cols();
   fused_operands<T, T> keep;
   fused_extension_t<E> ext;
-  grad_matrix<T> out(n, dv);
-  const auto view = [](auto& x) { return dense(x.data(), x.rows(), x.cols(), x.row_stride()); };
-  auto problem = attention_problem_of<best_policy, E, T>(e, view(out), keep, ext);
-  const std::size_t m = problem.k.rows, dk = problem.q.cols;
-  aligned_buffer<T> lse(n, aligned_buffer<T>::uninitialized);
-  for (std::size_t i = 0; i < n; ++i) lse.data()[i] = -std::numeric_limits<T>::infinity();
-  problem.lse = lse.data();
-  kernels::attention(problem);
+  forward_kept<T> here;
+  if (kept == nullptr) {
+    here.out = grad_matrix<T>(e.rows(), e.cols());
+    here.lse = aligned_buffer<T>(e.rows(), aligned_buffer<T>::uninitialized);
+  }
+  const forward_kept<T>& f = kept != nullptr ? *kept : here;
+  const auto problem = kept != nullptr ? attention_problem_of<best_policy, E, T>(e, view_of<T>(here.out), keep, ext)
+                                       : fused_forward(e, view_of<T>(here.out), here.lse.data(), keep, ext);
+  const std::size_t n = problem.q.rows, m = problem.k.rows, dk = problem.q.cols, dv = problem.v.cols;
   grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
-  const kernels::attention_gradient<T> grads{dense<const T>(g.data(), n, dv, g.row_stride()),
-                                             dense<const T>(out.data(), n, dv, out.row_stride()),
-                                             lse.data(), view(dq), view(dk_), view(dv_)};
+  const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.lse.data(),
+                                             view_of<T>(dq), view_of<T>(dk_), view_of<T>(dv_)};
   kernels::attention_backward(problem, grads);
   const auto& core = score_core(scores);
   backprop_into(core.lhs(), [&] { return dq; }, acc);
@@ -303,7 +331,8 @@ template <class X>
 inline constexpr bool differentiable_leaf = leaf<X> && value_element<std::remove_const_t<value_type_t<X>>>;
 
 template <class E, class D, class... X>
-auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse) {
+auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse,
+                 const forward_kept<std::remove_const_t<value_type_t<E>>>* kept = nullptr) {
   using T = std::remove_const_t<value_type_t<E>>;
   constexpr bool rank2 = static_rank_of<bare_t<E>>() == 2;
   constexpr bool same_extents = static_extents_agree<bare_t<E>::static_rows, bare_t<D>::static_rows> &&
@@ -316,7 +345,7 @@ auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse) {
     return std::tuple<>{};
   } else {
     require_same_shape(e, d_out, "gradient(e, dO, wrt(X...)): the shapes of e and dO differ");
-    gradients<T, X...> acc{w, {}, fuse};
+    gradients<T, X...> acc{w, {}, fuse, kept};
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((std::get<I>(acc.sums) = grad_matrix<T>(std::get<I>(w.leaves).rows(), std::get<I>(w.leaves).cols())), ...);
     }(std::index_sequence_for<X...>{});
@@ -352,20 +381,40 @@ auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, fused_t) {
 }
 
 // vjp(e): {eval(e), pullback}; pullback(dO, wrt(X...)) is gradient(e, dO, wrt(X...)).
+// For an attention with a fused backward it keeps O and each row's
+// log-sum-exp, so that the pullback does not run the forward again.
 // The pullback holds e, which holds its lvalue operands by reference: they
 // must outlive it.
 template <class E>
 struct pullback {
   E e;
+  std::optional<detail::forward_kept<compute_t<value_type_t<E>>>> kept;
   template <class D, class... X>
   auto operator()(const D& d_out, const wrt_t<X...>& w) const {
+    if constexpr (detail::has_fused_backward<E>)
+      if (kept) return detail::gradient_by(e, d_out, w, true, &*kept);
     return gradient(e, d_out, w);
   }
 };
 
 template <expression E>
 auto vjp(const E& e) {
-  return std::pair<result_t<E>, pullback<E>>{eval(e), pullback<E>{e}};
+  if constexpr (detail::has_fused_backward<E>) {
+    using T = compute_t<value_type_t<E>>;
+    pullback<E> back{e, detail::forward_kept<T>{}};
+    detail::forward_kept<T>& k = *back.kept;
+    k.out = detail::grad_matrix<T>(e.rows(), e.cols());
+    k.lse = detail::aligned_buffer<T>(e.rows(), detail::aligned_buffer<T>::uninitialized);
+    detail::fused_operands<T, T> keep;
+    detail::fused_extension_t<E> ext;
+    detail::fused_forward(e, detail::view_of<T>(k.out), k.lse.data(), keep, ext);
+    result_t<E> out(e.rows(), e.cols());
+    for (std::size_t i = 0; i < e.rows(); ++i)
+      for (std::size_t j = 0; j < e.cols(); ++j) out(i, j) = k.out(i, j);
+    return std::pair<result_t<E>, pullback<E>>{std::move(out), std::move(back)};
+  } else {
+    return std::pair<result_t<E>, pullback<E>>{eval(e), pullback<E>{e, {}}};
+  }
 }
 
 }  // namespace qkv
