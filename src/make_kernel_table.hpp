@@ -15,7 +15,7 @@ namespace qkv::kernels {
 // The backward without extensions: the compiled kernels' functions.
 template <class Arch, class T>
 struct compiled_backward {
-  using kernel = attention_backward<Arch, T, no_extension, blocking_of<Arch, T>()>;
+  using kernel = attention_backward_kernel<Arch, T, no_extension, blocking_of<Arch, T>()>;
   static void key_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kb,
                         T* scratch, bool with_dq) {
     kernel::key_block(p, g, shared, kb, scratch, with_dq, no_extension{});

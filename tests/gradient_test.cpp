@@ -4,6 +4,7 @@
 // independent check, through projections and a leaf read three times; the
 // contract's small print (zeros for a leaf e does not read, vjp equal to
 // gradient, exact zeros where masked, shape errors).
+#include "gradient_reference.hpp"
 #include "reference.hpp"
 #include "support.hpp"
 
@@ -18,9 +19,16 @@ using namespace qkv;
 
 namespace {
 
-enum class form { plain, causal, mask };
+using ref::attention_form;
 
-const char* name(form f) { return f == form::plain ? "plain" : f == form::causal ? "causal" : "mask with an empty row"; }
+const char* name(attention_form f) {
+  switch (f) {
+    case attention_form::causal: return "causal";
+    case attention_form::mask: return "mask with an empty row";
+    case attention_form::bias: return "bias";
+    default: return "plain";
+  }
+}
 
 // Row n/2 keeps nothing (n > 2); elsewhere a pattern.
 matrix<bool, dyn, dyn> pattern(std::size_t n, std::size_t m) {
@@ -30,115 +38,52 @@ matrix<bool, dyn, dyn> pattern(std::size_t n, std::size_t m) {
   return keep;
 }
 
-struct reference {
-  ref::mat dq, dk, dv;        // the exact gradients
-  ref::mat bq, bk, bv;        // bounds on the computed ones' errors
-};
-
-// The analytic backward of O = softmax(S) V, S = c·Q Kᵀ (masked):
-//   dV = Pᵀ dO,  dP = dO Vᵀ,  r_i = Σ_j P_ij dP_ij,  dS = P ∘ (dP − r),
-//   dQ = c·dS K,  dK = c·dSᵀ Q.
-// The bound follows the naive backward's own steps in T (u = T's unit
-// roundoff, γ_k as in reference.hpp), from the error of the weights it
-// recomputes: P̂ = P(1 + ρ), ρ_ij = 2·max_k e_ik + u|s_ij − max_k s_ik| + 5u
-// + γ_m with e the scores' error γ_dk·c·(|Q||K|ᵀ) + 2u|s| (as for the
-// forward; a weight below the smallest normal may flush: + tiny). Then
-//   dV:  Pe ᵀ|dO| + γ_n (P + Pe)ᵀ|dO|
-//   dP:  dPe = γ_dv |dO||V|ᵀ
-//   r:   re_i = Σ_j (dPe_ij P_ij + |dP_ij| Pe_ij) + γ_{m+1} Σ_j |dP_ij| P_ij
-//   dS:  dSe = Pe |dP − r| + P (dPe + re) + 2u P (|dP| + |r|)
-//   dQ:  c·(dSe |K| + γ_{m+1} |dS||K|)   (the scaling's rounding, then the product)
-//   dK:  c·(dSeᵀ|Q| + γ_{n+1} |dS|ᵀ|Q|)
-// each doubled for the second-order terms, as the forward's bound is.
-template <class T>
-reference backward(const ref::mat& q, const ref::mat& k, const ref::mat& v, const ref::mat& d_o, ref::real c, form f,
-                   const matrix<bool, dyn, dyn>& keep) {
-  const std::size_t n = q.rows, m = k.rows, dk = q.cols, dv = v.cols;
-  const ref::real u = ref::unit_roundoff<T>;
-  ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), c);
-  if (f == form::causal) s = ref::causal(s);
-  if (f == form::mask) s = ref::masked(s, keep);
-  const ref::mat p = ref::softmax(s);
-  const ref::mat qk = ref::scale(ref::matmul(ref::abs(q), ref::transpose(ref::abs(k))), c);
-  ref::mat pe(n, m);
-  for (std::size_t i = 0; i < n; ++i) {
-    ref::real emax = 0, smax = -std::numeric_limits<ref::real>::infinity();
-    for (std::size_t j = 0; j < m; ++j)
-      if (p(i, j) != 0) emax = std::fmax(emax, ref::gamma<T>(dk) * qk(i, j) + 2 * u * std::fabs(s(i, j))), smax = std::fmax(smax, s(i, j));
-    for (std::size_t j = 0; j < m; ++j)
-      if (p(i, j) != 0)
-        pe(i, j) = p(i, j) * (2 * emax + u * std::fabs(s(i, j) - smax) + 5 * u + ref::gamma<T>(m)) + ref::tiny<T>;
-  }
-  reference r;
-  const ref::mat pt = ref::transpose(p), pet = ref::transpose(pe), ado = ref::abs(d_o);
-  r.dv = ref::matmul(pt, d_o);
-  r.bv = ref::matmul(pet, ado);
-  const ref::mat pv = ref::matmul(pt, ado);
-  for (std::size_t x = 0; x < r.bv.v.size(); ++x) r.bv.v[x] = 2 * (r.bv.v[x] + ref::gamma<T>(n) * (pv.v[x] + r.bv.v[x]));
-
-  const ref::mat dp = ref::matmul(d_o, ref::transpose(v));
-  const ref::mat dpe = ref::scale(ref::matmul(ado, ref::transpose(ref::abs(v))), ref::gamma<T>(dv));
-  ref::mat ds(n, m), dse(n, m);
-  for (std::size_t i = 0; i < n; ++i) {
-    ref::real ri = 0, re = 0, mag = 0;
-    for (std::size_t j = 0; j < m; ++j) {
-      ri += p(i, j) * dp(i, j);
-      re += dpe(i, j) * p(i, j) + std::fabs(dp(i, j)) * pe(i, j);
-      mag += std::fabs(dp(i, j)) * p(i, j);
-    }
-    re += ref::gamma<T>(m + 1) * mag;
-    for (std::size_t j = 0; j < m; ++j) {
-      ds(i, j) = p(i, j) * (dp(i, j) - ri);
-      dse(i, j) = pe(i, j) * std::fabs(dp(i, j) - ri) + p(i, j) * (dpe(i, j) + re) +
-                  2 * u * p(i, j) * (std::fabs(dp(i, j)) + std::fabs(ri));
-    }
-  }
-  const ref::mat ak = ref::abs(k), aq = ref::abs(q), ads = ref::abs(ds);
-  r.dq = ref::scale(ref::matmul(ds, k), c);
-  r.dk = ref::scale(ref::matmul(ref::transpose(ds), q), c);
-  const ref::mat eq = ref::matmul(dse, ak), mq = ref::matmul(ads, ak);
-  const ref::mat ek = ref::matmul(ref::transpose(dse), aq), mk = ref::matmul(ref::transpose(ads), aq);
-  r.bq = ref::mat(n, dk);
-  r.bk = ref::mat(m, dk);
-  for (std::size_t x = 0; x < r.bq.v.size(); ++x) r.bq.v[x] = 2 * c * (eq.v[x] + ref::gamma<T>(m + 1) * mq.v[x]);
-  for (std::size_t x = 0; x < r.bk.v.size(); ++x) r.bk.v[x] = 2 * c * (ek.v[x] + ref::gamma<T>(n + 1) * mk.v[x]);
-  return r;
-}
-
-template <class T>
-auto attention(const matrix<T, dyn, dyn>& Q, const matrix<T, dyn, dyn>& K, const matrix<T, dyn, dyn>& V, T c, form f,
-               const matrix<bool, dyn, dyn>& keep, const matrix<T, dyn, dyn>& dO) {
+template <class T, class Strategy>
+auto attention(const matrix<T, dyn, dyn>& Q, const matrix<T, dyn, dyn>& K, const matrix<T, dyn, dyn>& V, T c,
+               attention_form f, const matrix<bool, dyn, dyn>& keep, const matrix<T, dyn, dyn>& B,
+               const matrix<T, dyn, dyn>& dO, Strategy how) {
   switch (f) {
-    case form::causal: return gradient(softmax(causal(Q * transpose(K)) * c) * V, dO, wrt(Q, K, V));
-    case form::mask: return gradient(softmax(masked(Q * transpose(K) * c, keep)) * V, dO, wrt(Q, K, V));
-    default: return gradient(softmax(Q * transpose(K) * c) * V, dO, wrt(Q, K, V), naive);
+    case attention_form::causal: return gradient(softmax(causal(Q * transpose(K)) * c) * V, dO, wrt(Q, K, V), how);
+    case attention_form::mask: return gradient(softmax(masked(Q * transpose(K) * c, keep)) * V, dO, wrt(Q, K, V), how);
+    case attention_form::bias: return gradient(softmax(Q * transpose(K) * c + B) * V, dO, wrt(Q, K, V), how);
+    default: return gradient(softmax(Q * transpose(K) * c) * V, dO, wrt(Q, K, V), how);
   }
 }
 
 }  // namespace
 
-TEMPLATE_TEST_CASE("the attention backward matches the long-double reference within its bound", "[gradient]", float,
-                   double) {
+// Shapes across the fused kernel's tails: query blocks of 64 to 66 rows
+// (with MR = 4, 6 or 8), key tiles of 64, vector widths 2 to 16.
+TEMPLATE_TEST_CASE("the attention backward, node by node and fused, matches the long-double reference within its bound",
+                   "[gradient]", float, double) {
   using T = TestType;
   const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>(
-      {{1, 1, 1, 1}, {3, 5, 4, 2}, {7, 13, 5, 3}, {17, 9, 8, 6}, {33, 70, 17, 9}, {70, 33, 64, 40}}));
-  for (form f : {form::plain, form::causal, form::mask}) {
+      {{1, 1, 1, 1}, {3, 5, 4, 2}, {7, 13, 5, 3}, {17, 9, 8, 6}, {33, 70, 17, 9}, {70, 33, 64, 40},
+       {67, 130, 33, 17}, {140, 65, 16, 64}}));
+  for (attention_form f : {attention_form::plain, attention_form::causal, attention_form::mask, attention_form::bias}) {
     INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << name(f));
     ref::rng rng(static_cast<std::uint32_t>(n * 13 + m * 5 + dk));
-    matrix<T, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv);
+    matrix<T, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), B(n, m);
     rng.fill(Q, -2, 2);
     rng.fill(K, -2, 2);
     rng.fill(V);
     rng.fill(dO);
+    rng.fill(B, -3, 3);
     const auto keep = pattern(n, m);
     const T c = T(1) / std::sqrt(T(dk));
-    const auto [dQ, dK, dV] = attention(Q, K, V, c, f, keep, dO);
-    const reference r = backward<T>(ref::from(Q), ref::from(K), ref::from(V), ref::from(dO), c, f, keep);
-    CHECK(ref::worst_ratio(dQ, r.dq, r.bq) <= 1);
-    CHECK(ref::worst_ratio(dK, r.dk, r.bk) <= 1);
-    CHECK(ref::worst_ratio(dV, r.dv, r.bv) <= 1);
-    if (f == form::mask && n > 2)
-      for (std::size_t j = 0; j < dk; ++j) CHECK(dQ(n / 2, j) == T(0));  // a row that sees nothing: exactly 0
+    const ref::mat rb = ref::from(B);
+    for (const bool fused_pass : {false, true}) {
+      INFO((fused_pass ? "fused" : "node by node"));
+      const auto [dQ, dK, dV] = fused_pass ? attention(Q, K, V, c, f, keep, B, dO, qkv::fused)
+                                           : attention(Q, K, V, c, f, keep, B, dO, naive);
+      const ref::gradient_reference r = ref::attention_backward<T>(ref::from(Q), ref::from(K), ref::from(V),
+                                                                   ref::from(dO), c, f, keep, &rb, fused_pass);
+      CHECK(ref::worst_ratio(dQ, r.dq, r.bq) <= 1);
+      CHECK(ref::worst_ratio(dK, r.dk, r.bk) <= 1);
+      CHECK(ref::worst_ratio(dV, r.dv, r.bv) <= 1);
+      if (f == attention_form::mask && n > 2)
+        for (std::size_t j = 0; j < dk; ++j) CHECK(dQ(n / 2, j) == T(0));  // a row that sees nothing: exactly 0
+    }
   }
 }
 

@@ -18,8 +18,10 @@
 // packed as B operands, serve both; finish() writes them out.
 //
 // A weight of 0 (a masked key, a row that sees nothing) gives dS = 0
-// exactly. Not built yet: value or key rows that are not finite where they
-// are masked (the forward confines them; here 0 · NaN reaches dQ and dK).
+// exactly, and must not read what it weighs: a key or query row that is not
+// finite (a padded cache) is 0 in the copies that dQ and dK sum, since any
+// row that sees it has non-finite scores, and its gradients are NaN anyway.
+// A value row is read only through dP, whose entries P = 0 discards.
 #pragma once
 
 #include "attention_problem.hpp"
@@ -36,14 +38,15 @@
 namespace qkv::kernels {
 
 template <class Arch, class T, class Ext, blocking B>
-struct attention_backward {
+struct attention_backward_kernel {
   using tile = register_tile<Arch, T>;
   using batch = typename tile::batch;
   using scores = score_transform<Arch, T, Ext>;
   using softmax = online_softmax<Arch, T>;
   static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
   static constexpr std::size_t BQ = B.query_rows;                 // queries in a tile
-  static constexpr std::size_t BK = blocking::round_up(64, NR);  // keys in a tile
+  static constexpr std::size_t BK =                              // keys in a tile
+      B.max_key_block < blocking::round_up(64, NR) ? B.max_key_block : blocking::round_up(64, NR);
   static_assert(B.valid() && B.lanes == W && B.tile_rows == MR, "qkv: internal: blocking of another instruction set");
 
   static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
@@ -86,8 +89,13 @@ struct attention_backward {
     T* qt = shared + x.qt;
     T* dot = shared + x.dot;
     T* delta = shared + x.delta;
+    T* kp = shared + x.kp;
+    for (std::size_t j = 0; j < m; ++j)
+      if (!finite_row(p.k.ptr(j, 0), p.k.col_stride, dk))
+        for (std::size_t c = 0; c < dk; ++c) kp[c / NR * NR * m + j * NR + c % NR] = T(0);
     for (std::size_t i = 0; i < n; ++i) {
-      for (std::size_t c = 0; c < dk; ++c) qt[c * n + i] = p.q(i, c);
+      const bool finite = finite_row(p.q.ptr(i, 0), 1, dk);
+      for (std::size_t c = 0; c < dk; ++c) qt[c * n + i] = finite ? p.q(i, c) : T(0);
       T d = T(0);
       for (std::size_t c = 0; c < dv; ++c) {
         dot[c * n + i] = g.d_out(i, c);
@@ -132,6 +140,12 @@ struct attention_backward {
   }
 
  private:
+  static bool finite_row(const T* x, std::ptrdiff_t stride, std::size_t count) {
+    T probe = T(0);
+    for (std::size_t c = 0; c < count; ++c) probe += x[static_cast<std::ptrdiff_t>(c) * stride] * T(0);
+    return probe == T(0);  // x·0 is NaN for ±∞ and NaN
+  }
+
   static bool visible(const attention_problem<T>& p, const Ext& ext, std::size_t i0, std::size_t br, std::size_t j0,
                       std::size_t bc) {
     return scores::key_end(p, i0 + br - 1) > j0 && scores::keeps_any(p, ext, i0, br, j0, bc);
