@@ -378,6 +378,7 @@ auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, fused_t) {
                 "qkv: gradient(e, dO, wrt(X...), qkv::fused): e has no fused backward (built: softmax(S) * V on "
                 "matrices, S the dot product, scaled, biased by a constant, causal or masked by a matrix)");
   if constexpr (detail::has_fused_backward<E>) return detail::gradient_by(e, d_out, w, true);
+  else return std::tuple<>{};  // (the assertion has said what is wrong)
 }
 
 // vjp(e): {eval(e), pullback}; pullback(dO, wrt(X...)) is gradient(e, dO, wrt(X...)).
