@@ -1,7 +1,7 @@
 // The fused backward of kernels/api.hpp on the instruction set that runs.
-// One thread computes every tile once (key blocks, dQ on the way); more
-// threads split the work in two passes that need no atomics, key blocks
-// (dK, dV) then query blocks (dQ), each computing its tiles as the single
+// One thread computes every tile once (groups of key blocks, dQ on the
+// way); more threads split the work in two passes that need no atomics, key
+// groups (dK, dV) then query blocks (dQ), each computing its tiles as the single
 // thread does, in the same order: the results are the same bits.
 #include "kernel_table.hpp"
 
@@ -27,13 +27,13 @@ void backward_impl(const attention_problem<T>& p, const attention_gradient<T>& g
   const std::size_t n = p.q.rows, m = p.k.rows;
   detail::aligned_buffer<T> shared(k.shared_size(n, m, p.q.cols, p.v.cols), detail::aligned_buffer<T>::uninitialized);
   k.prepare(p, g, shared.data());
-  const std::size_t key_blocks = k.key_blocks(m), query_blocks = k.query_blocks(n);
-  if (threads() == 1 || key_blocks < 2) {
+  const std::size_t key_groups = k.key_groups(m, p.q.cols, p.v.cols), query_blocks = k.query_blocks(n);
+  if (threads() == 1 || key_groups < 2) {
     T* scratch = thread_scratch<T>(k.scratch_size());
-    for (std::size_t b = 0; b < key_blocks; ++b) k.key_block(p, g, shared.data(), b, scratch, true);
+    for (std::size_t b = 0; b < key_groups; ++b) k.key_group(p, g, shared.data(), b, scratch, true);
   } else {
-    detail::parallel_for(key_blocks, [&](std::size_t b) {
-      k.key_block(p, g, shared.data(), b, thread_scratch<T>(k.scratch_size()), false);
+    detail::parallel_for(key_groups, [&](std::size_t b) {
+      k.key_group(p, g, shared.data(), b, thread_scratch<T>(k.scratch_size()), false);
     });
     detail::parallel_for(query_blocks, [&](std::size_t b) {
       k.query_block(p, g, shared.data(), b, thread_scratch<T>(k.scratch_size()));

@@ -16,9 +16,9 @@ namespace qkv::kernels {
 template <class Arch, class T>
 struct compiled_backward {
   using kernel = attention_backward_kernel<Arch, T, no_extension, blocking_of<Arch, T>()>;
-  static void key_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kb,
+  static void key_group(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kg,
                         T* scratch, bool with_dq) {
-    kernel::key_block(p, g, shared, kb, scratch, with_dq, no_extension{});
+    kernel::key_group(p, g, shared, kg, scratch, with_dq, no_extension{});
   }
   static void query_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t qb,
                           T* scratch) {
@@ -47,9 +47,9 @@ constexpr kernel_set<T> make_kernel_set() {
           .backward = {.shared_size = &compiled_backward<Arch, T>::kernel::shared_size,
                        .scratch_size = &compiled_backward<Arch, T>::kernel::scratch_size,
                        .query_blocks = &compiled_backward<Arch, T>::kernel::query_blocks,
-                       .key_blocks = &compiled_backward<Arch, T>::kernel::key_blocks,
+                       .key_groups = &compiled_backward<Arch, T>::kernel::key_groups,
                        .prepare = &compiled_backward<Arch, T>::kernel::prepare,
-                       .key_block = &compiled_backward<Arch, T>::key_block,
+                       .key_group = &compiled_backward<Arch, T>::key_group,
                        .query_block = &compiled_backward<Arch, T>::query_block,
                        .finish = &compiled_backward<Arch, T>::kernel::finish}};
 }

@@ -64,8 +64,8 @@ void run(kernels::attention_problem<T> p, const kernels::attention_gradient<T>& 
   F::blocks(p, packed.data(), 0, (n + F::block_rows() - 1) / F::block_rows(), scratch.data());
   buffer shared(Bw::shared_size(n, m, dk, dv) + 1), tile(Bw::scratch_size());
   Bw::prepare(p, g, shared.data());
-  for (std::size_t b = 0; b < Bw::key_blocks(m); ++b)
-    Bw::key_block(p, g, shared.data(), b, tile.data(), !split, kernels::no_extension{});
+  for (std::size_t b = 0; b < Bw::key_groups(m, dk, dv); ++b)
+    Bw::key_group(p, g, shared.data(), b, tile.data(), !split, kernels::no_extension{});
   if (split)
     for (std::size_t b = 0; b < Bw::query_blocks(n); ++b)
       Bw::query_block(p, g, shared.data(), b, tile.data(), kernels::no_extension{});

@@ -5,11 +5,11 @@
 //   dV_j += Pᵀ dO_i,  dP = dO_i V_jᵀ,  dS = P ∘ (dP − D_i),
 //   dK_j += a dSᵀ Q_i,  dQ_i += a dS K_j      (a: the score's scale)
 // The split that needs no atomics: a key block's dK and dV are sums over the
-// query blocks, in their order, on one thread (key_block); a query block's dQ
-// is a sum over the key blocks, in their order (query_block, or key_block
-// on one thread, which computes the same tiles in the same order). Either
-// way every sum runs in one fixed order, so the result does not depend on
-// the threads.
+// query blocks, in their order, on one thread (key_group); a query block's dQ
+// is a sum over the key blocks, in their order (query_block, or key_group
+// on one thread, which computes the same tiles and sums them in the same
+// order). Either way every sum runs in one fixed order, so the result does
+// not depend on the threads.
 //
 // Layouts, all packed once per call (prepare): K and V as the score tile's B
 // operands (Kᵀ, Vᵀ panels), K again as the B operand of dS K, and Qᵀ and
@@ -56,21 +56,29 @@ struct attention_backward_kernel {
   static constexpr std::size_t query_blocks(std::size_t n) { return (n + BQ - 1) / BQ; }
   static constexpr std::size_t key_blocks(std::size_t m) { return (m + BK - 1) / BK; }
 
+  // The row stride of a matrix stored transposed, for count queries or keys:
+  // one cache line more than a multiple of 64 bytes, so that the rows a tile
+  // reads at once (4 KiB apart for 1024 floats) do not all fall in one set
+  // of the L1 cache.
+  static constexpr std::size_t ld(std::size_t count) { return aligned(count) + aligned(1); }
+
   // The shared buffer's parts, in order.
   struct parts {
     std::size_t kt, vt, kp, qt, dot, delta, dkt, dvt, end;
+    std::size_t n_ld, m_ld;  // row strides of qt and dot, of dkt and dvt
   };
   static constexpr parts layout(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
     parts x{};
+    x.n_ld = ld(n), x.m_ld = ld(m);
     x.kt = 0;
     x.vt = x.kt + aligned(up(m, NR) * dk);
     x.kp = x.vt + aligned(up(m, NR) * dv);
     x.qt = x.kp + aligned(m * up(dk, NR));
-    x.dot = x.qt + aligned(dk * n);
-    x.delta = x.dot + aligned(dv * n);
+    x.dot = x.qt + dk * x.n_ld;
+    x.delta = x.dot + dv * x.n_ld;
     x.dkt = x.delta + aligned(n);
-    x.dvt = x.dkt + aligned(dk * m);
-    x.end = x.dvt + aligned(dv * m);
+    x.dvt = x.dkt + dk * x.m_ld;
+    x.end = x.dvt + dv * x.m_ld;
     return x;
   }
   static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
@@ -95,10 +103,10 @@ struct attention_backward_kernel {
         for (std::size_t c = 0; c < dk; ++c) kp[c / NR * NR * m + j * NR + c % NR] = T(0);
     for (std::size_t i = 0; i < n; ++i) {
       const bool finite = finite_row(p.q.ptr(i, 0), 1, dk);
-      for (std::size_t c = 0; c < dk; ++c) qt[c * n + i] = finite ? p.q(i, c) : T(0);
+      for (std::size_t c = 0; c < dk; ++c) qt[c * x.n_ld + i] = finite ? p.q(i, c) : T(0);
       T d = T(0);
       for (std::size_t c = 0; c < dv; ++c) {
-        dot[c * n + i] = g.d_out(i, c);
+        dot[c * x.n_ld + i] = g.d_out(i, c);
         d += g.d_out(i, c) * g.out(i, c);
       }
       delta[i] = d;
@@ -108,14 +116,31 @@ struct attention_backward_kernel {
       for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = T(0);
   }
 
-  // dK and dV of key block kb, over every query block it is seen by; dQ too
-  // when with_dq (one thread: then no query_block is run).
-  static void key_block(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kb,
+  // Key blocks go in groups whose packed K and V and sums of dK and dV stay
+  // in the L2 share together, so that dQ's rows, summed into once per tile,
+  // are fetched once per group rather than once per key block.
+  static constexpr std::size_t group_blocks(std::size_t dk, std::size_t dv) {
+    const std::size_t per_block = BK * (3 * dk + 2 * dv);
+    const std::size_t fit = B.l2_elements / (per_block == 0 ? 1 : per_block);
+    return fit < 1 ? 1 : fit;
+  }
+  static constexpr std::size_t key_groups(std::size_t m, std::size_t dk, std::size_t dv) {
+    const std::size_t g = group_blocks(dk, dv);
+    return (key_blocks(m) + g - 1) / g;
+  }
+
+  // dK and dV of the key blocks of group kg, over every query block that sees
+  // them; dQ too when with_dq (one thread: then no query_block is run).
+  static void key_group(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kg,
                         T* scratch, bool with_dq, const Ext& ext) {
-    const std::size_t n = p.q.rows, m = p.k.rows, j0 = kb * BK, bc = min(BK, m - j0);
+    const std::size_t n = p.q.rows, m = p.k.rows, per = group_blocks(p.q.cols, p.v.cols);
+    const std::size_t kb1 = min((kg + 1) * per, key_blocks(m));
     for (std::size_t qb = 0; qb < query_blocks(n); ++qb) {
       const std::size_t i0 = qb * BQ, br = min(BQ, n - i0);
-      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, ext);
+      for (std::size_t kb = kg * per; kb < kb1; ++kb) {
+        const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
+        if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, ext);
+      }
     }
   }
 
@@ -134,8 +159,8 @@ struct attention_backward_kernel {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const parts x = layout(n, m, dk, dv);
     for (std::size_t j = 0; j < m; ++j) {
-      for (std::size_t c = 0; c < dk; ++c) g.dk(j, c) = shared[x.dkt + c * m + j];
-      for (std::size_t c = 0; c < dv; ++c) g.dv(j, c) = shared[x.dvt + c * m + j];
+      for (std::size_t c = 0; c < dk; ++c) g.dk(j, c) = shared[x.dkt + c * x.m_ld + j];
+      for (std::size_t c = 0; c < dv; ++c) g.dv(j, c) = shared[x.dvt + c * x.m_ld + j];
     }
   }
 
@@ -199,31 +224,35 @@ struct attention_backward_kernel {
       // dVᵀ += dOᵀ P and dKᵀ += Qᵀ dS, both sums over the tile's queries.
       tile::pack(s, BK, 1, br, bc, pp);
       tile::pack(ds, BK, 1, br, bc, dsp);
-      sum_over_queries(shared + x.dot, n, i0, br, dv, pp, shared + x.dvt, m, j0, bc);
-      sum_over_queries(shared + x.qt, n, i0, br, dk, dsp, shared + x.dkt, m, j0, bc);
+      sum_over_queries(shared + x.dot, x.n_ld, i0, br, dv, pp, shared + x.dvt, x.m_ld, j0, bc);
+      sum_over_queries(shared + x.qt, x.n_ld, i0, br, dk, dsp, shared + x.dkt, x.m_ld, j0, bc);
     }
     if (with_dq) {
       // dQ += dS K, a sum over the tile's keys.
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = ds + min(ir + r, br - 1) * BK;
-        for (std::size_t c = 0; c < dk; c += NR)
-          tile::template run<1>(bc, rows, shared + x.kp + c * m + j0 * NR, g.dq.ptr(i0 + ir, c), g.dq.row_stride,
-                                min(MR, br - ir), min(NR, dk - c), true);
+        for (std::size_t c = 0; c < dk; c += NR) {
+          T* out = g.dq.ptr(i0 + ir, c);
+          tile::template run<1>(bc, rows, shared + x.kp + c * m + j0 * NR, out, g.dq.row_stride, min(MR, br - ir),
+                                min(NR, dk - c), true);
+        }
       }
     }
   }
 
   // sum[0:d, j0:j0+bc] += A[0:d, i0:i0+br] · packed, for A stored d × n
-  // (row stride n) and sum d × m (row stride m).
+  // (row stride n) and sum d × m (row stride m), both transposed.
   static void sum_over_queries(const T* a, std::size_t n, std::size_t i0, std::size_t br, std::size_t d,
                                const T* packed, T* sum, std::size_t m, std::size_t j0, std::size_t bc) {
     for (std::size_t c = 0; c < d; c += MR) {
       const T* rows[MR];
       for (std::size_t r = 0; r < MR; ++r) rows[r] = a + min(c + r, d - 1) * n + i0;
-      for (std::size_t jr = 0; jr < bc; jr += NR)
-        tile::template run<1>(br, rows, packed + jr * br, sum + c * m + j0 + jr, static_cast<std::ptrdiff_t>(m),
-                              min(MR, d - c), min(NR, bc - jr), true);
+      for (std::size_t jr = 0; jr < bc; jr += NR) {
+        T* out = sum + c * m + j0 + jr;
+        tile::template run<1>(br, rows, packed + jr * br, out, static_cast<std::ptrdiff_t>(m), min(MR, d - c),
+                              min(NR, bc - jr), true);
+      }
     }
   }
 };
