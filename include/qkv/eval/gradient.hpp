@@ -28,9 +28,11 @@
 #include "../expr/transpose.hpp"
 #include "../shape/check.hpp"
 #include "../storage/matrix.hpp"
+#include "../storage/tensor.hpp"
 #include "../kernels/api.hpp"
 #include "../storage/aligned_buffer.hpp"
 #include "eval.hpp"
+#include "slice.hpp"
 #include "strategy.hpp"
 
 #include <cstddef>
@@ -39,6 +41,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace qkv {
 
@@ -50,8 +53,8 @@ struct wrt_t {
 
 template <class... X>
 wrt_t<X...> wrt(const X&... x) {
-  static_assert(((leaf<X> && value_element<std::remove_const_t<value_type_t<X>>>) && ...),
-                "qkv: wrt(X...): each X must be a matrix or matrix_view of float, double, bf16 or f16 (masks are constants)");
+  static_assert((((leaf<X> || tensor_leaf<X>) && value_element<std::remove_const_t<value_type_t<X>>>) && ...),
+                "qkv: wrt(X...): each X must be a matrix, tensor or view of float, double, bf16 or f16 (masks are constants)");
   return {std::tie(x...)};
 }
 
@@ -263,8 +266,6 @@ void backprop(const scaled_expr<A, S, Op>& e, const grad_matrix<T>& g, gradients
 
 template <class T, class A, class B, elementwise_op Op, class... X>
 void backprop(const elementwise_expr<A, B, Op>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
-  static_assert(static_rank_of<bare_t<A>>() == 2 && static_rank_of<bare_t<B>>() == 2,
-                "qkv: gradient(e, dO, wrt(X...)): the backward of tensors is not built yet");
   backprop_into(e.lhs(), [&] { return g; }, acc);
   if constexpr (Op == elementwise_op::add) backprop_into(e.rhs(), [&] { return g; }, acc);
   else backprop_into(e.rhs(), [&] { return eval(g * T(-1), naive); }, acc);
@@ -302,8 +303,6 @@ void backprop(const causal_expr<S>& e, const grad_matrix<T>& g, gradients<T, X..
 
 template <class T, class S, class M, class... X>
 void backprop(const masked_expr<S, M>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
-  static_assert(static_rank_of<bare_t<S>>() == 2 && static_rank_of<bare_t<M>>() == 2,
-                "qkv: gradient(e, dO, wrt(X...)): the backward of tensors is not built yet");
   backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return bool(e.mask()(i, j)); }); },
                 acc);
 }
@@ -314,8 +313,22 @@ void backprop(const predicate_masked_expr<S, P>& e, const grad_matrix<T>& g, gra
                 acc);
 }
 
+// A gradient in X's storage type and extents: a matrix for a matrix, a
+// tensor for a tensor.
 template <class X>
-using gradient_of_t = matrix<std::remove_const_t<value_type_t<X>>, bare_t<X>::static_rows, bare_t<X>::static_cols>;
+struct gradient_type {
+  using type = matrix<std::remove_const_t<value_type_t<X>>, X::static_rows, X::static_cols>;
+};
+template <class T, std::size_t... E>
+struct gradient_type<tensor<T, E...>> {
+  using type = tensor<std::remove_const_t<T>, E...>;
+};
+template <class T, std::size_t... E>
+struct gradient_type<tensor_view<T, E...>> {
+  using type = tensor<std::remove_const_t<T>, E...>;
+};
+template <class X>
+using gradient_of_t = typename gradient_type<bare_t<X>>::type;
 
 // A gradient sum in X's storage: rounded once where X is bf16 or f16.
 template <class X, class T>
@@ -328,30 +341,117 @@ gradient_of_t<X> stored_as(const grad_matrix<T>& g) {
 }
 
 template <class X>
-inline constexpr bool differentiable_leaf = leaf<X> && value_element<std::remove_const_t<value_type_t<X>>>;
+inline constexpr bool differentiable_leaf = (leaf<X> || tensor_leaf<X>) && value_element<std::remove_const_t<value_type_t<X>>>;
+
+// The unrounded sums of the gradients reaching each X, for a matrix e and
+// matrix X.
+template <class T, class E, class D, class... X>
+auto gradient_sums(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse, const forward_kept<T>* kept) {
+  require_same_shape(e, d_out, "gradient(e, dO, wrt(X...)): the shapes of e and dO differ");
+  gradients<T, X...> acc{w, {}, fuse, kept};
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((std::get<I>(acc.sums) = grad_matrix<T>(std::get<I>(w.leaves).rows(), std::get<I>(w.leaves).cols())), ...);
+  }(std::index_sequence_for<X...>{});
+  backprop_into(e, [&] { return value_of<T>(d_out); }, acc);
+  return std::move(acc.sums);
+}
+
+// The sum for target X of a batched e: a matrix (X broadcast over the batch)
+// or X's tensor, in T.
+template <class T, class X>
+struct batched_sum {
+  grad_matrix<T> whole;  // a matrix X
+  std::vector<grad_matrix<T>> at;  // a tensor X: one per batch index of X
+
+  explicit batched_sum(const X& x) {
+    if constexpr (tensor_leaf<X>) {
+      const batch_extents b = batch_of(x);
+      for (std::size_t k = 0; k < b[0] * b[1]; ++k) at.emplace_back(x.rows(), x.cols());
+    } else {
+      whole = grad_matrix<T>(x.rows(), x.cols());
+    }
+  }
+  grad_matrix<T>& of(const X& x, batch_extents index) {
+    if constexpr (tensor_leaf<X>) return at[index[0] * batch_of(x)[1] + index[1]];
+    else return whole;
+  }
+  gradient_of_t<X> stored(const X& x) const {
+    if constexpr (tensor_leaf<X>) {
+      using S = std::remove_const_t<value_type_t<X>>;
+      gradient_of_t<X> r(x.extents());
+      for_each_batch_index(batch_of(x), [&](batch_extents b) {
+        const grad_matrix<T>& g = at[b[0] * batch_of(x)[1] + b[1]];
+        const std::size_t offset = (b[0] * batch_of(x)[1] + b[1]) * x.rows() * x.cols();
+        for (std::size_t i = 0; i < x.rows(); ++i)
+          for (std::size_t j = 0; j < x.cols(); ++j) r.data()[offset + i * x.cols() + j] = static_cast<S>(g(i, j));
+      });
+      return r;
+    } else {
+      return stored_as<X>(whole);
+    }
+  }
+};
+
+// X as the matrix a slice of e at index reads: a tensor's matrix at the
+// index its batch extents map it to (broadcast, grouped), a matrix itself.
+template <class X>
+auto target_slice(const X& x, batch_extents index, batch_extents combined) {
+  if constexpr (tensor_leaf<X>) return slice(x, operand_batch_index(index, combined, batch_of(x)));
+  else return slice(x, index);
+}
+
+// A batched e: each batch index's matrix expression (eval/slice.hpp), its
+// gradients added, in batch order, into the targets at the index each reads
+// (a grouped key/value head sums its query heads; a broadcast operand sums
+// the batch).
+template <class T, class E, class D, class... X>
+auto batched_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse) {
+  if (result_extents(e) != d_out.extents())
+    throw shape_error("qkv: gradient(e, dO, wrt(X...)): the shapes of e and dO differ: e is " +
+                      extents_string(result_extents(e)) + ", dO is " + extents_string(d_out.extents()));
+  const batch_extents combined = batch_of(e);
+  auto sums = std::apply([](const auto&... x) { return std::tuple<batched_sum<T, bare_t<decltype(x)>>...>{batched_sum<T, bare_t<decltype(x)>>(x)...}; }, w.leaves);
+  for_each_batch_index(combined, [&](batch_extents index) {
+    const auto part = slice(e, index);
+    const auto d_part = slice(d_out, index);
+    const auto targets = std::apply([&](const auto&... x) { return std::tuple{target_slice(x, index, combined)...}; }, w.leaves);
+    const auto sliced = std::apply([](const auto&... x) { return wrt_t<bare_t<decltype(x)>...>{std::tie(x...)}; }, targets);
+    auto got = gradient_sums<T>(part, d_part, sliced, fuse, nullptr);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((add_into(std::get<I>(sums).of(std::get<I>(w.leaves), tensor_leaf<bare_t<decltype(std::get<I>(w.leaves))>>
+                                                               ? operand_batch_index(index, combined, batch_of(std::get<I>(w.leaves)))
+                                                               : index),
+                 std::get<I>(got))),
+       ...);
+    }(std::index_sequence_for<X...>{});
+  });
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::tuple<gradient_of_t<X>...>{std::get<I>(sums).stored(std::get<I>(w.leaves))...};
+  }(std::index_sequence_for<X...>{});
+}
 
 template <class E, class D, class... X>
 auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse,
                  const forward_kept<std::remove_const_t<value_type_t<E>>>* kept = nullptr) {
   using T = std::remove_const_t<value_type_t<E>>;
-  constexpr bool rank2 = static_rank_of<bare_t<E>>() == 2;
-  constexpr bool same_extents = static_extents_agree<bare_t<E>::static_rows, bare_t<D>::static_rows> &&
+  constexpr std::size_t rank = static_rank_of<bare_t<E>>();
+  constexpr bool same_extents = static_rank_of<bare_t<D>>() == rank &&
+                                static_extents_agree<bare_t<E>::static_rows, bare_t<D>::static_rows> &&
                                 static_extents_agree<bare_t<E>::static_cols, bare_t<D>::static_cols>;
+  constexpr bool matrices = rank > 2 || (leaf<bare_t<X>> && ...);
   static_assert(element<T>, "qkv: gradient(e, dO, wrt(X...)): the backward of bf16 and f16 expressions is not built yet");
-  static_assert(rank2, "qkv: gradient(e, dO, wrt(X...)): the backward of tensors is not built yet");
   static_assert(same_extents, "qkv: gradient(e, dO, wrt(X...)): the extents of dO differ from the extents of e");
+  static_assert(!(same_extents && element<T>) || matrices,
+                "qkv: gradient(e, dO, wrt(X...)): e is a matrix expression, and an X is a tensor");
   // (wrt has said what is wrong with an X; nothing more is said here.)
-  if constexpr (!(element<T> && rank2 && same_extents && (differentiable_leaf<X> && ...))) {
+  if constexpr (!(element<T> && same_extents && matrices && (differentiable_leaf<X> && ...))) {
     return std::tuple<>{};
+  } else if constexpr (rank > 2) {
+    return batched_gradient<T>(e, d_out, w, fuse);
   } else {
-    require_same_shape(e, d_out, "gradient(e, dO, wrt(X...)): the shapes of e and dO differ");
-    gradients<T, X...> acc{w, {}, fuse, kept};
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((std::get<I>(acc.sums) = grad_matrix<T>(std::get<I>(w.leaves).rows(), std::get<I>(w.leaves).cols())), ...);
-    }(std::index_sequence_for<X...>{});
-    backprop_into(e, [&] { return value_of<T>(d_out); }, acc);
+    const auto sums = gradient_sums<T>(e, d_out, w, fuse, kept);
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<gradient_of_t<X>...>{stored_as<X>(std::get<I>(acc.sums))...};
+      return std::tuple<gradient_of_t<X>...>{stored_as<X>(std::get<I>(sums))...};
     }(std::index_sequence_for<X...>{});
   }
 }

@@ -1,0 +1,128 @@
+// The attention backward, one thread: qkv's fused backward (the pullback of
+// vjp, which keeps the forward's O and row log-sum-exp) beside the fused
+// forward, and the backward a BLAS user writes by hand: S and P again, then
+// dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − rowsum(dP ∘ P)), dQ = c·dS K and
+// dK = c·dSᵀ Q, each product a cblas_sgemm, every n×m matrix materialised.
+// GFLOP/s count 10·d per visible query-key pair for a backward (2.5 times the
+// forward's 4·d, FlashAttention-2's convention), whatever an implementation
+// recomputes.
+#include "bench_common.hpp"
+
+#include <qkv/kernels/api.hpp>
+
+#ifdef QKV_BENCH_OPENBLAS
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+std::vector<bench::config> sizes() {
+  std::vector<bench::config> c;
+  for (std::size_t d : {64, 128})
+    for (bool causal : {false, true})
+      for (std::size_t t : {256, 1024, 4096, 8192}) c.push_back({t, t, d, causal});
+  return c;
+}
+
+void set_backward_counters(benchmark::State& state, const bench::config& c) {
+  state.counters["GFLOP/s"] = benchmark::Counter(10.0 * double(c.d) * bench::visible_pairs(c),
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+struct gradient_inputs : bench::inputs {
+  qkv::matrix<float, qkv::dyn, qkv::dyn> dO;
+  explicit gradient_inputs(const bench::config& c) : bench::inputs(c), dO(c.n, c.d) {
+    for (std::size_t k = 0; k < dO.size(); ++k) dO.data()[k] = Q.data()[(k * 7) % Q.size()] * 0.5f;
+  }
+};
+
+template <class F>
+void with_attention(const bench::config& c, gradient_inputs& in, F f) {
+  const float scale = 1.0f / std::sqrt(float(c.d));
+  if (c.causal) f(softmax(causal(in.Q * transpose(in.K)) * scale) * in.V);
+  else f(softmax(in.Q * transpose(in.K) * scale) * in.V);
+}
+
+void forward(benchmark::State& state, const bench::config& c) {
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  with_attention(c, in, [&](const auto& e) {
+    for (auto _ : state) {
+      qkv::eval_into(in.O, e);
+      benchmark::DoNotOptimize(in.O.data());
+    }
+  });
+  bench::set_counters(state, c);
+}
+
+void fused_backward(benchmark::State& state, const bench::config& c) {
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  with_attention(c, in, [&](const auto& e) {
+    const auto [O, back] = qkv::vjp(e);
+    for (auto _ : state) {
+      auto g = back(in.dO, qkv::wrt(in.Q, in.K, in.V));
+      benchmark::DoNotOptimize(std::get<0>(g).data());
+    }
+  });
+  set_backward_counters(state, c);
+}
+
+#ifdef QKV_BENCH_OPENBLAS
+void openblas_backward(benchmark::State& state, const bench::config& c) {
+  openblas_set_num_threads(1);
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  const int n = int(c.n), m = int(c.m), d = int(c.d);
+  const float scale = 1.0f / std::sqrt(float(c.d));
+  qkv::matrix<float, qkv::dyn, qkv::dyn> P(c.n, c.m), dP(c.n, c.m), dQ(c.n, c.d), dK(c.m, c.d), dV(c.m, c.d);
+  const qkv::kernels::strided<float> p{P.data(), c.n, c.m, m, 1};
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, d, scale, in.Q.data(), d, in.K.data(), d, 0.0f,
+                P.data(), m);
+    if (c.causal) qkv::kernels::mask_causal(p);
+    qkv::kernels::softmax_rows(p);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, d, n, 1.0f, P.data(), m, in.dO.data(), d, 0.0f,
+                dV.data(), d);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, d, 1.0f, in.dO.data(), d, in.V.data(), d, 0.0f,
+                dP.data(), m);
+    for (std::size_t i = 0; i < c.n; ++i) {
+      float* pr = P.data() + i * c.m;
+      float* dr = dP.data() + i * c.m;
+      float r = 0;
+      for (std::size_t j = 0; j < c.m; ++j) r += pr[j] * dr[j];
+      for (std::size_t j = 0; j < c.m; ++j) dr[j] = pr[j] * (dr[j] - r);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, m, scale, dP.data(), m, in.K.data(), d, 0.0f,
+                dQ.data(), d);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, d, n, scale, dP.data(), m, in.Q.data(), d, 0.0f,
+                dK.data(), d);
+    benchmark::DoNotOptimize(dK.data());
+  }
+  set_backward_counters(state, c);
+}
+#endif
+
+template <class F>
+void register_each(const std::string& impl, F fn) {
+  for (const bench::config& c : sizes())
+    benchmark::RegisterBenchmark((impl + "/" + c.name()).c_str(), [fn, c](benchmark::State& s) { fn(s, c); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+}
+
+const int registered = [] {
+  register_each("forward", forward);
+  register_each("fused_backward", fused_backward);
+#ifdef QKV_BENCH_OPENBLAS
+  register_each("openblas_backward", openblas_backward);
+#endif
+  return 0;
+}();
+
+}  // namespace
