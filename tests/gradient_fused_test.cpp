@@ -50,16 +50,16 @@ kernels::strided<const T> cview(const matrix<T, dyn, dyn>& x) {
   return {x.data(), x.rows(), x.cols(), static_cast<std::ptrdiff_t>(x.row_stride()), 1};
 }
 
-// The forward with its log-sum-exp, then the backward, on one thread; in two
+// The forward with its row statistics, then the backward, on one thread; in two
 // passes (key blocks, then query blocks) when `split`.
 template <class T>
-void run(kernels::attention_problem<T> p, const kernels::attention_gradient<T>& g, T* lse, bool split) {
+void run(kernels::attention_problem<T> p, const kernels::attention_gradient<T>& g, T* stats, bool split) {
   using F = tiny_forward<T>;
   using Bw = tiny_backward<T>;
   using buffer = detail::aligned_buffer<T>;
   const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
   buffer packed(F::shared_size(n, m, dk, dv) + 1), scratch(F::scratch_size(n, m, dv) + 1);
-  p.lse = lse;
+  p.row_stats = stats;
   F::pack(p, packed.data());
   F::blocks(p, packed.data(), 0, (n + F::block_rows() - 1) / F::block_rows(), scratch.data());
   buffer shared(Bw::shared_size(n, m, dk, dv) + 1), tile(Bw::scratch_size());
@@ -102,9 +102,9 @@ TEMPLATE_TEST_CASE("fused backward, tiny blocks: every tail and skip, NaN behind
             p.causal = form == 1;
             if (form == 2) p.mask = {M.data(), n, m, static_cast<std::ptrdiff_t>(m), 1};
             matrix<T, dyn, dyn> dQ(n, dk), dK(m, dk), dV(m, dv), dQ2(n, dk), dK2(m, dk), dV2(m, dv);
-            std::vector<T> lse(n);
-            run(p, {cview(dO), cview(O), lse.data(), view(dQ), view(dK), view(dV)}, lse.data(), false);
-            run(p, {cview(dO), cview(O), lse.data(), view(dQ2), view(dK2), view(dV2)}, lse.data(), true);
+            std::vector<T> stats(2 * n);
+            run(p, {cview(dO), cview(O), stats.data(), view(dQ), view(dK), view(dV)}, stats.data(), false);
+            run(p, {cview(dO), cview(O), stats.data(), view(dQ2), view(dK2), view(dV2)}, stats.data(), true);
 
             // What a hidden key holds does not enter the exact gradients: 0 here.
             ref::mat k = ref::from(K), v = ref::from(V);
@@ -191,5 +191,24 @@ TEST_CASE("vjp of a fused attention keeps its forward: the pullback's bits are g
     CHECK(test::same_bits(dQ2, dQ));
     CHECK(test::same_bits(dK2, dK));
     CHECK(test::same_bits(dV2, dV));
+  }
+}
+
+TEST_CASE("fused backward: scores past 2^24 still weigh as the forward does", "[gradient]") {
+  // Two keys tie at a score of 10⁸, a third trails by 5·10⁷: the weights are
+  // ½, ½ and 0, and dV's rows are ½ dO, ½ dO and 0. (The log-sum-exp of
+  // such a row, 10⁸ + log 2, is 10⁸ in float: weights from it would be 1.)
+  matrix<float, dyn, dyn> Q(2, 1), K(3, 1), V(3, 2), dO(2, 2);
+  Q(0, 0) = 1e8f, Q(1, 0) = 1e8f;
+  K(0, 0) = 1, K(1, 0) = 1, K(2, 0) = 0.5f;
+  ref::rng rng(2);
+  rng.fill(V), rng.fill(dO);
+  const auto e = softmax(Q * transpose(K)) * V;
+  const auto [dV] = gradient(e, dO, wrt(V), qkv::fused);
+  for (std::size_t c = 0; c < 2; ++c) {
+    const float half = 0.5f * (dO(0, c) + dO(1, c));
+    CHECK(std::fabs(dV(0, c) - half) <= 4 * std::numeric_limits<float>::epsilon() * std::fabs(half) + 1e-30f);
+    CHECK(std::fabs(dV(1, c) - half) <= 4 * std::numeric_limits<float>::epsilon() * std::fabs(half) + 1e-30f);
+    CHECK(dV(2, c) == 0.0f);
   }
 }

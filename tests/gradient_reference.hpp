@@ -29,12 +29,15 @@ struct gradient_reference {
 // normal may flush: + tiny).
 //  - Node by node, the softmax of the scores again:
 //      ρ_ij = 2·max_k e_ik + u|s_ij − max_k s_ik| + 5u + γ_m.
-//  - Fused, P̂ = exp(fl(ŝ − L̂)) from the forward's log-sum-exp L̂: L moves by
-//    at most max_k e_ik with the scores; the online sum's rounding and its
-//    rescalings (γ_2m), the logarithm (2u) and m + log l (u|L|) add to it;
-//    then the subtraction rounds by u|s − L| ≤ u(|s − max_k s_ik| + log m),
-//    and exp is within 4u:
-//      ρ_ij = 2·max_k e_ik + u|L_i| + u(|s_ij − max_k s_ik| + log m) + γ_2m + 8u.
+//  - Fused, P̂ = exp(fl(ŝ − m̂)) · fl(1 / l̂) from the forward's row maximum
+//    m̂ (a computed score: within max_k e_ik of the true one) and sum l̂: the
+//    exponent is off by e_ij + max_k e_ik and rounds by u|s_ij − max_k s_ik|,
+//    exp is within 4u; l̂ sums terms with those errors (their P-weighted mean,
+//    at most 2·max_k e_ik + u Σ_k P_ik |s_ik − max s| + 4u), rounded and
+//    rescaled by the online softmax (γ_2m); the reciprocal and the product
+//    add 2u:
+//      ρ_ij = 2·max_k e_ik + u|s_ij − max_k s_ik| + u Σ_k P_ik |s_ik − max_k s_ik| + γ_2m + 10u
+//    (twice the score errors, as node by node: the weight's and the sum's).
 // Then, with Pe = P·ρ + tiny:
 //   dV:  Pe ᵀ|dO| + γ_n (P + Pe)ᵀ|dO|
 //   dP:  dPe = γ_dv |dO||V|ᵀ
@@ -60,17 +63,15 @@ gradient_reference attention_backward(const mat& q, const mat& k, const mat& v, 
   const mat qk = scale(matmul(abs(q), transpose(abs(k))), c);
   mat pe(n, m);
   for (std::size_t i = 0; i < n; ++i) {
-    real emax = 0, smax = -std::numeric_limits<real>::infinity(), sum = 0;
+    real emax = 0, smax = -std::numeric_limits<real>::infinity(), spread = 0;
     for (std::size_t j = 0; j < m; ++j)
       if (p(i, j) != 0)
         emax = std::fmax(emax, gamma<T>(dk) * qk(i, j) + 2 * u * std::fabs(s(i, j))), smax = std::fmax(smax, s(i, j));
     for (std::size_t j = 0; j < m; ++j)
-      if (p(i, j) != 0) sum += std::exp(s(i, j) - smax);
-    const real lse = smax + std::log(sum);
+      if (p(i, j) != 0) spread += p(i, j) * std::fabs(s(i, j) - smax);
     for (std::size_t j = 0; j < m; ++j) {
       if (p(i, j) == 0) continue;
-      const real rho = fused ? 2 * emax + u * std::fabs(lse) + u * (std::fabs(s(i, j) - smax) + std::log(real(m))) +
-                                   gamma<T>(2 * m) + 8 * u
+      const real rho = fused ? 2 * emax + u * std::fabs(s(i, j) - smax) + u * spread + gamma<T>(2 * m) + 10 * u
                              : 2 * emax + u * std::fabs(s(i, j) - smax) + 5 * u + gamma<T>(m);
       pe(i, j) = p(i, j) * rho + tiny<T>;
     }

@@ -1,6 +1,6 @@
-// Reverse mode, node by node: gradient(e, dO, wrt(X...)) is the gradient of
-// Σ dO ∘ e with respect to each leaf X, and vjp(e) the forward value with a
-// pullback that gives the same. Each node's vector-Jacobian rule runs on
+// Reverse mode: gradient(e, dO, wrt(X...)) is the gradient of Σ dO ∘ e with
+// respect to each leaf X, and vjp(e) the forward value with a pullback that
+// gives the same. Node by node, each node's vector-Jacobian rule runs on
 // matrices the library evaluates (eval(·, naive)), in the type e computes in:
 //   A * B        dA = G Bᵀ, dB = Aᵀ G
 //   transpose    dX = Gᵀ
@@ -9,15 +9,21 @@
 //   softmax(S)   dS = P ∘ (G − rowsum(G ∘ P)), P the forward weights
 //   causal, masked(S, M), masked(S, pred)
 //                dS = G where kept, exactly 0 where masked
+// The best strategy (and qkv::fused) takes softmax(S) * V as one node where
+// S is the dot product, scaled, biased by a constant, causal or masked by a
+// matrix: the forward again keeping each row's maximum and sum (or vjp's
+// kept ones), then the fused backward (kernels/attention_backward.hpp), whose dQ,
+// dK and dV go on into Q, K and V as written.
 // A subexpression that reads none of the X is not differentiated. A leaf is
 // one of the X when it has its data, extents and strides; every occurrence
-// adds to its gradient.
+// adds to its gradient. A batched e is differentiated one batch index at a
+// time (eval/slice.hpp), each index's gradients added into the targets at the
+// index they read.
 //
-// Built so far: float and double matrices (float queries over a 2-byte K and
-// V too, their gradients rounded once to it), with the nodes above. The
-// similarities, score_mod, tensors, all-2-byte expressions and the fused
-// backward are not built yet; asking for them is a `qkv:` compile error,
-// never a wrong answer.
+// Built so far: float and double matrices and tensors (float queries over a
+// 2-byte K and V too, their gradients rounded once to it), with the nodes
+// above. The similarities, score_mod and all-2-byte expressions are not
+// built yet; asking for them is a `qkv:` compile error, never a wrong answer.
 #pragma once
 
 #include "../expr/elementwise.hpp"
@@ -112,11 +118,12 @@ template <class, class T>
 using same_as_for = T;
 
 // The targets, and the sum of the gradients reaching each.
-// What vjp(e) keeps of a fused forward: O and each row's log-sum-exp.
+// What vjp(e) keeps of a fused forward: O and each row's maximum and sum
+// (attention_problem::row_stats), which make its log-sum-exp.
 template <class T>
 struct forward_kept {
   grad_matrix<T> out;
-  aligned_buffer<T> lse;
+  aligned_buffer<T> row_stats;
 };
 
 template <class T, class... X>
@@ -142,7 +149,7 @@ template <class T, class E, class... X>
 void backprop(const E&, const grad_matrix<T>&, gradients<T, X...>&) {
   static_assert(no_backward<E>,
                 "qkv: gradient(e, dO, wrt(X...)): e holds a node without a backward yet (built: products, transpose, "
-                "scaling, sums and differences, softmax, causal and masks, on matrices)");
+                "scaling, sums and differences, softmax, causal and masks)");
 }
 
 template <class T, class E, class... X>
@@ -205,14 +212,16 @@ bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
 template <class S, class W>
 bool bias_reads_any(const S& s, const W& w) { return bias_reads_any(s.arg(), w); }
 
-// e's fused forward into out, keeping each row's log-sum-exp in lse (n
-// values); the problem it ran, whose operands live in keep.
+// e's fused forward into out, keeping each row's maximum and sum in stats
+// (2n values); the problem it ran, whose operands live in keep.
 template <class T, class E>
-auto fused_forward(const E& e, const kernels::strided<T>& out, T* lse, fused_operands<T, T>& keep,
+auto fused_forward(const E& e, const kernels::strided<T>& out, T* stats, fused_operands<T, T>& keep,
                    fused_extension_t<E>& ext) {
   auto problem = attention_problem_of<best_policy, E, T>(e, out, keep, ext);
-  for (std::size_t i = 0; i < problem.q.rows; ++i) lse[i] = -std::numeric_limits<T>::infinity();
-  problem.lse = lse;
+  // (An empty problem writes nothing: its rows then see nothing.)
+  for (std::size_t i = 0; i < problem.q.rows; ++i)
+    stats[2 * i] = -std::numeric_limits<T>::infinity(), stats[2 * i + 1] = T(0);
+  problem.row_stats = stats;
   kernels::attention(problem);
   return problem;
 }
@@ -236,14 +245,14 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
   forward_kept<T> here;
   if (kept == nullptr) {
     here.out = grad_matrix<T>(e.rows(), e.cols());
-    here.lse = aligned_buffer<T>(e.rows(), aligned_buffer<T>::uninitialized);
+    here.row_stats = aligned_buffer<T>(2 * e.rows(), aligned_buffer<T>::uninitialized);
   }
   const forward_kept<T>& f = kept != nullptr ? *kept : here;
   const auto problem = kept != nullptr ? attention_problem_of<best_policy, E, T>(e, view_of<T>(here.out), keep, ext)
-                                       : fused_forward(e, view_of<T>(here.out), here.lse.data(), keep, ext);
+                                       : fused_forward(e, view_of<T>(here.out), here.row_stats.data(), keep, ext);
   const std::size_t n = problem.q.rows, m = problem.k.rows, dk = problem.q.cols, dv = problem.v.cols;
   grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
-  const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.lse.data(),
+  const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.row_stats.data(),
                                              view_of<T>(dq), view_of<T>(dk_), view_of<T>(dv_)};
   kernels::attention_backward(problem, grads);
   const auto& core = score_core(scores);
@@ -505,10 +514,10 @@ auto vjp(const E& e) {
     pullback<E> back{e, detail::forward_kept<T>{}};
     detail::forward_kept<T>& k = *back.kept;
     k.out = detail::grad_matrix<T>(e.rows(), e.cols());
-    k.lse = detail::aligned_buffer<T>(e.rows(), detail::aligned_buffer<T>::uninitialized);
+    k.row_stats = detail::aligned_buffer<T>(2 * e.rows(), detail::aligned_buffer<T>::uninitialized);
     detail::fused_operands<T, T> keep;
     detail::fused_extension_t<E> ext;
-    detail::fused_forward(e, detail::view_of<T>(k.out), k.lse.data(), keep, ext);
+    detail::fused_forward(e, detail::view_of<T>(k.out), k.row_stats.data(), keep, ext);
     result_t<E> out(e.rows(), e.cols());
     for (std::size_t i = 0; i < e.rows(); ++i)
       for (std::size_t j = 0; j < e.cols(); ++j) out(i, j) = k.out(i, j);

@@ -62,8 +62,8 @@ void attention(const attention_problem<float, bf16>* problems, std::size_t count
 void attention(const attention_problem<float, f16>* problems, std::size_t count);
 
 // The fused backward (attention_backward.hpp): g's dq, dk and dv from the
-// problem, the gradient of its output, its output and row log-sum-exp (the
-// problem's out and lse are not read). The gradients must not overlap
+// problem, the gradient of its output, its output and row_stats (the
+// problem's out and row_stats are not read). The gradients must not overlap
 // anything else. The same bits whatever the number of threads. Not for
 // problems whose K or V rows are not finite.
 void attention_backward(const attention_problem<float>& problem, const attention_gradient<float>& g);

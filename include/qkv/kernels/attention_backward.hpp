@@ -1,7 +1,7 @@
 // The fused backward of attention_problem.hpp's attention, FlashAttention-2's:
-// the weights are recomputed block by block from Q, K and the row
-// log-sum-exp L that the forward kept, P = exp(s − L), and never stored
-// whole. For a BQ × BK tile of queries i and keys j, with D_i = Σ_c dO_ic O_ic:
+// the weights are recomputed block by block from Q, K and each row's maximum
+// m and sum l that the forward kept, P = exp(s − m) / l (the log-sum-exp
+// L = m + log l, kept apart), and never stored whole. For a BQ × BK tile of queries i and keys j, with D_i = Σ_c dO_ic O_ic:
 //   dV_j += Pᵀ dO_i,  dP = dO_i V_jᵀ,  dS = P ∘ (dP − D_i),
 //   dK_j += a dSᵀ Q_i,  dQ_i += a dS K_j      (a: the score's scale)
 // The split that needs no atomics: a key block's dK and dV are sums over the
@@ -210,11 +210,13 @@ struct attention_backward_kernel {
       T* d = ds + r * BK;
       const T a = scores::apply(p, i0 + r, j0, bc, u, ext);
       for (std::size_t j = bc; j < bcp; ++j) u[j] = softmax::neg_inf;
-      const T lse = g.lse[i0 + r];
-      // A row that sees nothing has L = −∞: all its weights are 0.
-      const batch vl(lse == softmax::neg_inf ? std::numeric_limits<T>::infinity() : lse), vd(delta[i0 + r]), vra(a);
+      // P = exp(s − m) / l, as the forward weighs; a row that sees nothing
+      // (m = −∞, l = 0) has weights exp(−∞) · 0 = 0.
+      const T mx = g.row_stats[2 * (i0 + r)], l = g.row_stats[2 * (i0 + r) + 1];
+      const batch vm(mx == softmax::neg_inf ? T(0) : mx), vinv(l == T(0) ? T(0) : T(1) / l), vd(delta[i0 + r]),
+          vra(a);
       for (std::size_t j = 0; j < bcp; j += W) {
-        const batch w = softmax::exp(xsimd::fms(vra, batch::load_aligned(u + j), vl));
+        const batch w = softmax::exp(xsimd::fms(vra, batch::load_aligned(u + j), vm)) * vinv;
         const batch dsj = va * w * (batch::load_aligned(d + j) - vd);
         w.store_aligned(u + j);
         xsimd::select(w == zero, zero, dsj).store_aligned(d + j);

@@ -91,7 +91,7 @@ struct attention_decode {
         for (std::size_t c = 0; c < dv; ++c) out[c] += w * o[c];
       }
       softmax::finish(out, l, out, dv);
-      if (p.lse != nullptr) p.lse[i] = softmax::lse(big, l);
+      if (p.row_stats != nullptr) p.row_stats[2 * i] = big, p.row_stats[2 * i + 1] = l;
     }
   }
 

@@ -198,8 +198,8 @@ struct attention_prefill_bf16 {
       else weigh_values_skipping_zeros(pw, br, keys, vw + j0 / 2 * NR, mp, o, dv, dvp);
     }
     for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
-    if (p.lse != nullptr)
-      for (std::size_t r = 0; r < br; ++r) p.lse[i0 + r] = softmax::lse(row_m[r], row_l[r]);
+    if (p.row_stats != nullptr)
+      for (std::size_t r = 0; r < br; ++r) p.row_stats[2 * (i0 + r)] = row_m[r], p.row_stats[2 * (i0 + r) + 1] = row_l[r];
   }
 
  private:

@@ -33,10 +33,12 @@ struct attention_problem {
   // inputs does on AVX512-BF16 (attention_prefill_bf16.hpp). Float queries
   // keep float products.
   bool queries_in_storage_type = false;
-  // Each row's log-sum-exp of its scores, log Σ_j exp(s_ij) (−∞ for a row
-  // that sees no key), written here when not null (n values): what a
-  // backward pass recomputes the weights from.
-  T* lse = nullptr;
+  // Each row's largest score m_i and its softmax's denominator
+  // l_i = Σ_j exp(s_ij − m_i), written here when not null (2 values a row,
+  // m then l; −∞ and 0 for a row that sees no key): what a backward pass
+  // recomputes the weights from, and the log-sum-exp m + log l. Kept apart,
+  // since past |m| = 2²⁴ in float m + log l rounds log l away.
+  T* row_stats = nullptr;
 
   // The same problem with K and V as extents alone (null data): all that the
   // kernel's steps after packing read of them.
@@ -44,20 +46,20 @@ struct attention_problem {
     attention_problem<T> p{q, {nullptr, k.rows, k.cols, 0, 1}, {nullptr, v.rows, v.cols, 0, 1}, out, scale};
     p.bias = bias, p.bias_scale = bias_scale, p.col_bias = col_bias, p.col_scale = col_scale;
     p.row_bias = row_bias, p.row_scale = row_scale, p.causal = causal, p.mask = mask;
-    p.queries_in_storage_type = queries_in_storage_type, p.lse = lse;
+    p.queries_in_storage_type = queries_in_storage_type, p.row_stats = row_stats;
     return p;
   }
 };
 
 // What the backward of an attention_problem<T> reads besides it, and writes:
-// the gradient dO of the output, the forward's output O and its row
-// log-sum-exp L, and the gradients of Q, K and V (all with unit column
+// the gradient dO of the output, the forward's output O and its row_stats
+// (each row's m and l), and the gradients of Q, K and V (all with unit column
 // stride but dk and dv, which may have any strides).
 template <class T>
 struct attention_gradient {
   strided<const T> d_out;  // n×dv
   strided<const T> out;    // n×dv
-  const T* lse;            // n
+  const T* row_stats;      // 2n
   strided<T> dq;           // n×dk
   strided<T> dk;           // m×dk
   strided<T> dv;           // m×dv

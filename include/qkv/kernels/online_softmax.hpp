@@ -107,10 +107,6 @@ struct online_softmax {
     return mx;
   }
 
-  // The row's log-sum-exp from its maximum and sum: −∞ for a row that sees
-  // nothing (l = 0), NaN for a row holding a NaN.
-  static T lse(T m, T l) { return l == T(0) ? neg_inf : m + std::log(l); }
-
   static void finish(const T* o, T l, T* out, std::size_t dv) {
     // A fully masked row (l = 0) gives zeros; NaN stays NaN.
     const T inv = l == T(0) ? T(0) : T(1) / l;
