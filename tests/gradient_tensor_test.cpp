@@ -17,11 +17,6 @@ using namespace qkv;
 
 namespace {
 
-template <class X>
-void fill(ref::rng& rng, X& x, double lo = -1, double hi = 1) {
-  for (std::size_t k = 0; k < x.size(); ++k) x.data()[k] = static_cast<typename X::value_type>(rng.uniform(lo, hi));
-}
-
 // The matrix at (b, h) of a [B, H, T, D] tensor, in long double.
 template <class X>
 ref::mat head(const X& x, std::size_t b, std::size_t h) {
@@ -51,7 +46,7 @@ TEMPLATE_TEST_CASE("gradients of grouped-query attention on [B, H, T, D] tensors
   const std::size_t B = 2, H = 4, G = 2, n = 37, m = 70, dk = 12, dv = 9;
   ref::rng rng(17);
   tensor<T, dyn, dyn, dyn, dyn> Q(B, H, n, dk), K(B, H / G, m, dk), V(B, H / G, m, dv), dO(B, H, n, dv);
-  fill(rng, Q, -2, 2), fill(rng, K, -2, 2), fill(rng, V), fill(rng, dO);
+  test::fill(Q, rng, -2, 2), test::fill(K, rng, -2, 2), test::fill(V, rng), test::fill(dO, rng);
   const T c = T(1) / std::sqrt(T(dk));
   const auto e = softmax(causal(Q * transpose(K)) * c) * V;
   for (const bool fused_pass : {false, true}) {
@@ -88,7 +83,7 @@ TEST_CASE("gradients on tensors: a head's matrix gradients, summed in batch orde
   ref::rng rng(3);
   tensor<double, dyn, dyn, dyn> X(H, n, d), dO(H, n, d);
   matrix<double, dyn, dyn> W(d, d), K(m, d), V(m, d);
-  fill(rng, X), fill(rng, dO), rng.fill(W), rng.fill(K), rng.fill(V);
+  test::fill(X, rng), test::fill(dO, rng), rng.fill(W), rng.fill(K), rng.fill(V);
   const auto [dX, dW, dK, dV] = gradient(softmax((X * W) * transpose(K) * 0.4) * V, dO, wrt(X, W, K, V));
   matrix<double, dyn, dyn> sW(d, d), sK(m, d), sV(m, d);
   for (std::size_t h = 0; h < H; ++h) {
@@ -109,4 +104,29 @@ TEST_CASE("gradients on tensors: a head's matrix gradients, summed in batch orde
 TEST_CASE("gradients on tensors: dO of another shape is a shape_error", "[gradient][tensor]") {
   tensor<float, dyn, dyn, dyn> Q(2, 4, 3), K(2, 5, 3), V(2, 5, 2), dO(3, 4, 2);
   CHECK_THROWS_AS(gradient(softmax(Q * transpose(K)) * V, dO, wrt(Q)), shape_error);
+}
+
+TEST_CASE("gradients on tensors: the same bits on 1, 2 and 3 threads, heads spread or not", "[gradient][tensor][threads]") {
+  test::threads_guard guard;
+  const std::size_t H = 8, n = 150, d = 16;
+  ref::rng rng(12);
+  tensor<float, dyn, dyn, dyn> Q(H, n, d), K(2, n, d), V(2, n, d), dO(H, n, d);
+  test::fill(Q, rng, -2, 2), test::fill(K, rng, -2, 2), test::fill(V, rng), test::fill(dO, rng);
+  const auto e = softmax(causal(Q * transpose(K)) / 4.0f) * V;
+  set_threads(1);
+  const auto [dQ, dK, dV] = gradient(e, dO, wrt(Q, K, V));
+  for (const std::size_t t : {2, 3}) {
+    set_threads(t);
+    const auto [dQt, dKt, dVt] = gradient(e, dO, wrt(Q, K, V));
+    INFO(t << " threads");
+    CHECK(test::same_bits_tensor(dQt, dQ));
+    CHECK(test::same_bits_tensor(dKt, dK));
+    CHECK(test::same_bits_tensor(dVt, dV));
+  }
+  // One head at a time (its matrix), spread over the threads inside it.
+  set_threads(2);
+  const auto q0 = Q.matrix_at(0);
+  const auto k0 = K.matrix_at(0), v0 = V.matrix_at(0), o0 = dO.matrix_at(0);
+  const auto [dq0] = gradient(softmax(causal(q0 * transpose(k0)) / 4.0f) * v0, o0, wrt(q0));
+  CHECK(test::same_bits(dq0, dQ.matrix_at(0)));
 }

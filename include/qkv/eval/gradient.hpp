@@ -228,7 +228,19 @@ auto fused_forward(const E& e, const kernels::strided<T>& out, T* stats, fused_o
 
 template <class T, class M>
 kernels::strided<T> view_of(M& x) {
-  return dense(x.data(), x.rows(), x.cols(), x.row_stride());
+  const auto v = dense(x.data(), x.rows(), x.cols(), x.row_stride());
+  if constexpr (std::is_const_v<T>) return v.as_const();
+  else return v;
+}
+
+// dQ, dK and dV of attention e on into Q, K and V as written in e.
+template <class T, class E, class... X>
+void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix<T>& dk, const grad_matrix<T>& dv,
+                         gradients<T, X...>& acc) {
+  const auto& core = score_core(e.lhs().arg());
+  backprop_into(core.lhs(), [&] { return dq; }, acc);
+  backprop_into(core.rhs().arg(), [&] { return dk; }, acc);
+  backprop_into(e.rhs(), [&] { return dv; }, acc);
 }
 
 // The forward (unless vjp kept it), then the fused backward; dQ, dK and dV
@@ -255,10 +267,7 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
   const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.row_stats.data(),
                                              view_of<T>(dq), view_of<T>(dk_), view_of<T>(dv_)};
   kernels::attention_backward(problem, grads);
-  const auto& core = score_core(scores);
-  backprop_into(core.lhs(), [&] { return dq; }, acc);
-  backprop_into(core.rhs().arg(), [&] { return dk_; }, acc);
-  backprop_into(e.rhs(), [&] { return dv_; }, acc);
+  propagate_attention(e, dq, dk_, dv_, acc);
 }
 
 template <class T, class A, class... X>
@@ -409,6 +418,82 @@ auto target_slice(const X& x, batch_extents index, batch_extents combined) {
   else return slice(x, index);
 }
 
+// One batch index's gradient sums (got, for the targets sliced at index)
+// added into the batched sums of the targets.
+template <class E, class... X, class Sums, class Got>
+void add_slice_sums(const E& e, const wrt_t<X...>& w, batch_extents index, Sums& sums, const Got& got) {
+  const batch_extents combined = batch_of(e);
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((add_into(std::get<I>(sums).of(std::get<I>(w.leaves), tensor_leaf<bare_t<decltype(std::get<I>(w.leaves))>>
+                                                             ? operand_batch_index(index, combined, batch_of(std::get<I>(w.leaves)))
+                                                             : index),
+               std::get<I>(got))),
+     ...);
+  }(std::index_sequence_for<X...>{});
+}
+
+// A batched attention with a fused backward, every batch index in one call
+// of the forward and one of the backward (heads over threads, a key/value
+// head packed once for its query heads); then each index's dQ, dK and dV
+// on into its operands, as batched_gradient adds them. Returns false, doing
+// nothing, where a bias reads a target (node by node then).
+template <class T, class E, class D, class... X, class Sums>
+bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Sums& sums) {
+  using P = slice_t<E>;
+  const batch_extents combined = batch_of(e);
+  std::vector<batch_extents> at;
+  for_each_batch_index(combined, [&](batch_extents index) { at.push_back(index); });
+  const auto targets_at = [&](batch_extents index) {
+    return std::apply([&](const auto&... x) { return std::tuple{target_slice(x, index, combined)...}; }, w.leaves);
+  };
+  for (const batch_extents index : at) {
+    const auto targets = targets_at(index);
+    const auto sliced = std::apply([](const auto&... x) { return wrt_t<bare_t<decltype(x)>...>{std::tie(x...)}; }, targets);
+    if (bias_reads_any(slice(e, index).lhs().arg(), sliced)) return false;
+  }
+  const std::size_t count = at.size();
+  std::vector<P> parts;
+  parts.reserve(count);
+  std::vector<fused_operands<T, T>> keep(count);
+  std::vector<forward_kept<T>> forward(count);
+  std::vector<kernels::attention_problem<T>> problems;
+  problems.reserve(count);
+  fused_extension_t<P> ext;
+  for (std::size_t x = 0; x < count; ++x) {
+    parts.push_back(slice(e, at[x]));
+    forward[x].out = grad_matrix<T>(parts[x].rows(), parts[x].cols());
+    forward[x].row_stats = aligned_buffer<T>(2 * parts[x].rows(), aligned_buffer<T>::uninitialized);
+    T* stats = forward[x].row_stats.data();
+    for (std::size_t i = 0; i < parts[x].rows(); ++i)
+      stats[2 * i] = -std::numeric_limits<T>::infinity(), stats[2 * i + 1] = T(0);
+    problems.push_back(attention_problem_of<best_policy, P, T>(parts[x], view_of<T>(forward[x].out), keep[x], ext));
+    problems.back().row_stats = stats;
+  }
+  kernels::attention(problems.data(), count);
+  std::vector<grad_matrix<T>> d_o(count), dq(count), dk(count), dv(count);
+  std::vector<kernels::attention_gradient<T>> grads;
+  grads.reserve(count);
+  for (std::size_t x = 0; x < count; ++x) {
+    const kernels::attention_problem<T>& p = problems[x];
+    d_o[x] = value_of<T>(slice(d_out, at[x]));
+    dq[x] = grad_matrix<T>(p.q.rows, p.q.cols), dk[x] = grad_matrix<T>(p.k.rows, p.q.cols);
+    dv[x] = grad_matrix<T>(p.k.rows, p.v.cols);
+    grads.push_back({view_of<const T>(d_o[x]), view_of<const T>(forward[x].out), forward[x].row_stats.data(),
+                     view_of<T>(dq[x]), view_of<T>(dk[x]), view_of<T>(dv[x])});
+  }
+  kernels::attention_backward(problems.data(), grads.data(), count);
+  for (std::size_t x = 0; x < count; ++x) {
+    const auto targets = targets_at(at[x]);
+    const auto sliced = std::apply([](const auto&... t) { return wrt_t<bare_t<decltype(t)>...>{std::tie(t...)}; }, targets);
+    auto acc = std::apply([&](const auto&... t) {
+      return gradients<T, bare_t<decltype(t)>...>{sliced, {grad_matrix<T>(t.rows(), t.cols())...}, true, nullptr};
+    }, targets);
+    propagate_attention(parts[x], dq[x], dk[x], dv[x], acc);
+    add_slice_sums(e, w, at[x], sums, acc.sums);
+  }
+  return true;
+}
+
 // A batched e: each batch index's matrix expression (eval/slice.hpp), its
 // gradients added, in batch order, into the targets at the index each reads
 // (a grouped key/value head sums its query heads; a broadcast operand sums
@@ -420,23 +505,21 @@ auto batched_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, bool fus
                       extents_string(result_extents(e)) + ", dO is " + extents_string(d_out.extents()));
   const batch_extents combined = batch_of(e);
   auto sums = std::apply([](const auto&... x) { return std::tuple<batched_sum<T, bare_t<decltype(x)>>...>{batched_sum<T, bare_t<decltype(x)>>(x)...}; }, w.leaves);
+  const auto stored = [&] {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple<gradient_of_t<X>...>{std::get<I>(sums).stored(std::get<I>(w.leaves))...};
+    }(std::index_sequence_for<X...>{});
+  };
+  if constexpr (has_fused_backward<slice_t<E>>)
+    if (fuse && batched_fused_gradient<T>(e, d_out, w, sums)) return stored();
   for_each_batch_index(combined, [&](batch_extents index) {
     const auto part = slice(e, index);
     const auto d_part = slice(d_out, index);
     const auto targets = std::apply([&](const auto&... x) { return std::tuple{target_slice(x, index, combined)...}; }, w.leaves);
     const auto sliced = std::apply([](const auto&... x) { return wrt_t<bare_t<decltype(x)>...>{std::tie(x...)}; }, targets);
-    auto got = gradient_sums<T>(part, d_part, sliced, fuse, nullptr);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((add_into(std::get<I>(sums).of(std::get<I>(w.leaves), tensor_leaf<bare_t<decltype(std::get<I>(w.leaves))>>
-                                                               ? operand_batch_index(index, combined, batch_of(std::get<I>(w.leaves)))
-                                                               : index),
-                 std::get<I>(got))),
-       ...);
-    }(std::index_sequence_for<X...>{});
+    add_slice_sums(e, w, index, sums, gradient_sums<T>(part, d_part, sliced, fuse, nullptr));
   });
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return std::tuple<gradient_of_t<X>...>{std::get<I>(sums).stored(std::get<I>(w.leaves))...};
-  }(std::index_sequence_for<X...>{});
+  return stored();
 }
 
 template <class E, class D, class... X>

@@ -68,6 +68,12 @@ void attention(const attention_problem<float, f16>* problems, std::size_t count)
 // problems whose K or V rows are not finite.
 void attention_backward(const attention_problem<float>& problem, const attention_gradient<float>& g);
 void attention_backward(const attention_problem<double>& problem, const attention_gradient<double>& g);
+// Each of count problems as above (the heads of a layer), the same bits as
+// one by one; no gradient overlaps another's or any input.
+void attention_backward(const attention_problem<float>* problems, const attention_gradient<float>* g,
+                        std::size_t count);
+void attention_backward(const attention_problem<double>* problems, const attention_gradient<double>* g,
+                        std::size_t count);
 
 // The block sizes of the fused attention on the instruction set that runs,
 // for elements of element_bytes (4: float, 8: double).
