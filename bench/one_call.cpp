@@ -1,6 +1,7 @@
 // One attention evaluation, T×T with head size d, by the route named:
 //   qkv_one_call fused|naive|kernel T d [causal]
 //   qkv_one_call heads-fused|heads-naive H T d     (H heads, a [1, H, T, d] tensor)
+//   qkv_one_call backward T d [causal]              (vjp, then its pullback for dQ, dK, dV)
 // It prints the peak resident memory the evaluation added beyond its inputs
 // and output. Under `valgrind --tool=callgrind` the instruction counts of
 // `fused` and `kernel` differ by what the expression layer costs.
@@ -44,7 +45,34 @@ int heads(bool is_fused, std::size_t H, std::size_t T, std::size_t d) {
   return 0;
 }
 
+// The backward's memory: what vjp and its pullback add beyond Q, K, V and
+// dO, less what they must hold (O and the row statistics, dQ, dK and dV).
+int backward(std::size_t T, std::size_t d, bool is_causal) {
+  using namespace qkv;
+  matrix<float, dyn, dyn> Q(T, d), K(T, d), V(T, d), dO(T, d);
+  for (auto* x : {&Q, &K, &V, &dO})
+    for (std::size_t k = 0; k < x->size(); ++k) x->data()[k] = float(k % 13) / 13;
+  const float dk = float(d);
+  const auto run = [&](const auto& e) {
+    const double before = peak_mib();
+    const auto [O, back] = vjp(e);
+    const auto [dQ, dK, dV] = back(dO, wrt(Q, K, V));
+    const double added = peak_mib() - before;
+    const double held = double((4 * T * d + 2 * T) * sizeof(float)) / (1 << 20);
+    std::printf("backward T=%zu d=%zu%s (%s): O, row statistics, dQ, dK and dV %.1f MiB; vjp and the pullback "
+                "added %.1f MiB, %.1f MiB beyond them; dQ(T-1, 0) = %g\n",
+                T, d, is_causal ? " causal" : "", active_arch(), held, added, added - held, dQ(T - 1, 0) + 0 * O(0, 0));
+    (void)dK, (void)dV;
+  };
+  if (is_causal) run(softmax(causal(Q * transpose(K) / sqrt(dk))) * V);
+  else run(softmax(Q * transpose(K) / sqrt(dk)) * V);
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if ((argc == 4 || argc == 5) && std::strcmp(argv[1], "backward") == 0)
+    return backward(std::strtoul(argv[2], nullptr, 10), std::strtoul(argv[3], nullptr, 10),
+                    argc == 5 && std::strcmp(argv[4], "causal") == 0);
   if (argc == 5 && (std::strcmp(argv[1], "heads-fused") == 0 || std::strcmp(argv[1], "heads-naive") == 0)) {
     return heads(std::strcmp(argv[1], "heads-fused") == 0, std::strtoul(argv[2], nullptr, 10),
                  std::strtoul(argv[3], nullptr, 10), std::strtoul(argv[4], nullptr, 10));
@@ -53,7 +81,8 @@ int main(int argc, char** argv) {
                                               std::strcmp(argv[1], "naive") == 0 || std::strcmp(argv[1], "kernel") == 0);
   if (!ok) {
     std::fprintf(stderr, "usage: qkv_one_call fused|naive|kernel T d [causal]\n"
-                         "       qkv_one_call heads-fused|heads-naive H T d\n");
+                         "       qkv_one_call heads-fused|heads-naive H T d\n"
+                         "       qkv_one_call backward T d [causal]\n");
     return 2;
   }
   const std::string route = argv[1];
