@@ -7,6 +7,7 @@
 #include "kernel_table.hpp"
 
 #include <qkv/kernels/api.hpp>
+#include <qkv/kernels/attention_schedule.hpp>
 #include <qkv/kernels/parallel.hpp>
 #include <qkv/storage/aligned_buffer.hpp>
 
@@ -15,11 +16,11 @@
 namespace qkv::kernels {
 namespace {
 
+// A tile's buffers, the calling thread's own (slot 3: the forward's
+// scheduler uses 0 to 2).
 template <class T>
 T* thread_scratch(std::size_t elements) {
-  thread_local detail::aligned_buffer<T> buffer;
-  if (buffer.size() < elements) buffer = detail::aligned_buffer<T>(elements, detail::aligned_buffer<T>::uninitialized);
-  return buffer.data();
+  return schedule_detail::thread_buffer<T, 3>(elements);
 }
 
 // One problem: on one thread when `alone` or when it has one group of keys,

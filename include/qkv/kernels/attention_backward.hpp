@@ -188,6 +188,21 @@ struct attention_backward_kernel {
     T* pp = ds + aligned(BQ * BK);   // P packed as a B operand
     T* dsp = pp + aligned(BQ * BK);  // dS packed alike
 
+    // The keys each strip of MR rows sees (on the causal diagonal fewer than
+    // bc, none above it), and for each panel of NR keys the first row that
+    // sees any: past them, and before it, every weight is 0, and nothing is
+    // computed or summed.
+    std::size_t keys[BQ / MR] = {}, first[BK / NR] = {};
+    for (std::size_t ir = 0; ir < br; ir += MR) {
+      const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
+      keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
+    }
+    for (std::size_t jr = 0; jr < bc; jr += NR) {
+      std::size_t r = 0;
+      while (r < br && scores::key_end(p, i0 + r) <= j0 + jr) ++r;
+      first[jr / NR] = r;
+    }
+
     // Scores and dP; rows past br read the last row again and are not used.
     for (std::size_t ir = 0; ir < br; ir += MR) {
       const T* q_rows[MR];
@@ -197,7 +212,7 @@ struct attention_backward_kernel {
         q_rows[r] = p.q.ptr(i, 0);
         do_rows[r] = g.d_out.ptr(i, 0);
       }
-      for (std::size_t jr = 0; jr < bc; jr += NR) {
+      for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
         tile::template run<1>(dk, q_rows, shared + x.kt + (j0 + jr) * dk, s + ir * BK + jr, BK, MR, NR, false);
         tile::template run<1>(dv, do_rows, shared + x.vt + (j0 + jr) * dv, ds + ir * BK + jr, BK, MR, NR, false);
       }
@@ -208,14 +223,17 @@ struct attention_backward_kernel {
     for (std::size_t r = 0; r < br; ++r) {
       T* u = s + r * BK;
       T* d = ds + r * BK;
-      const T a = scores::apply(p, i0 + r, j0, bc, u, ext);
-      for (std::size_t j = bc; j < bcp; ++j) u[j] = softmax::neg_inf;
+      const std::size_t count = keys[r / MR], counted = up(count, W);
+      for (std::size_t j = counted; j < bcp; ++j) u[j] = d[j] = T(0);
+      if (count == 0) continue;
+      const T a = scores::apply(p, i0 + r, j0, count, u, ext);
+      for (std::size_t j = count; j < counted; ++j) u[j] = softmax::neg_inf;
       // P = exp(s − m) / l, as the forward weighs; a row that sees nothing
       // (m = −∞, l = 0) has weights exp(−∞) · 0 = 0.
       const T mx = g.row_stats[2 * (i0 + r)], l = g.row_stats[2 * (i0 + r) + 1];
       const batch vm(mx == softmax::neg_inf ? T(0) : mx), vinv(l == T(0) ? T(0) : T(1) / l), vd(delta[i0 + r]),
           vra(a);
-      for (std::size_t j = 0; j < bcp; j += W) {
+      for (std::size_t j = 0; j < counted; j += W) {
         const batch w = softmax::exp(xsimd::fms(vra, batch::load_aligned(u + j), vm)) * vinv;
         const batch dsj = va * w * (batch::load_aligned(d + j) - vd);
         w.store_aligned(u + j);
@@ -226,17 +244,18 @@ struct attention_backward_kernel {
       // dVᵀ += dOᵀ P and dKᵀ += Qᵀ dS, both sums over the tile's queries.
       tile::pack(s, BK, 1, br, bc, pp);
       tile::pack(ds, BK, 1, br, bc, dsp);
-      sum_over_queries(shared + x.dot, x.n_ld, i0, br, dv, pp, shared + x.dvt, x.m_ld, j0, bc);
-      sum_over_queries(shared + x.qt, x.n_ld, i0, br, dk, dsp, shared + x.dkt, x.m_ld, j0, bc);
+      sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc);
+      sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc);
     }
     if (with_dq) {
       // dQ += dS K, a sum over the tile's keys.
       for (std::size_t ir = 0; ir < br; ir += MR) {
+        if (keys[ir / MR] == 0) continue;
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = ds + min(ir + r, br - 1) * BK;
         for (std::size_t c = 0; c < dk; c += NR) {
           T* out = g.dq.ptr(i0 + ir, c);
-          tile::template run<1>(bc, rows, shared + x.kp + c * m + j0 * NR, out, g.dq.row_stride, min(MR, br - ir),
+          tile::template run<1>(keys[ir / MR], rows, shared + x.kp + c * m + j0 * NR, out, g.dq.row_stride, min(MR, br - ir),
                                 min(NR, dk - c), true);
         }
       }
@@ -244,16 +263,19 @@ struct attention_backward_kernel {
   }
 
   // sum[0:d, j0:j0+bc] += A[0:d, i0:i0+br] · packed, for A stored d × n
-  // (row stride n) and sum d × m (row stride m), both transposed.
-  static void sum_over_queries(const T* a, std::size_t n, std::size_t i0, std::size_t br, std::size_t d,
-                               const T* packed, T* sum, std::size_t m, std::size_t j0, std::size_t bc) {
+  // (row stride n) and sum d × m (row stride m), both transposed; the panel
+  // of keys jr from row first[jr / NR] of the tile on.
+  static void sum_over_queries(const T* a, std::size_t n, std::size_t i0, std::size_t br, const std::size_t* first,
+                               std::size_t d, const T* packed, T* sum, std::size_t m, std::size_t j0, std::size_t bc) {
     for (std::size_t c = 0; c < d; c += MR) {
-      const T* rows[MR];
-      for (std::size_t r = 0; r < MR; ++r) rows[r] = a + min(c + r, d - 1) * n + i0;
       for (std::size_t jr = 0; jr < bc; jr += NR) {
+        const std::size_t r0 = first[jr / NR];
+        if (r0 == br) continue;
+        const T* rows[MR];
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = a + min(c + r, d - 1) * n + i0 + r0;
         T* out = sum + c * m + j0 + jr;
-        tile::template run<1>(br, rows, packed + jr * br, out, static_cast<std::ptrdiff_t>(m), min(MR, d - c),
-                              min(NR, bc - jr), true);
+        tile::template run<1>(br - r0, rows, packed + jr * br + r0 * NR, out, static_cast<std::ptrdiff_t>(m),
+                              min(MR, d - c), min(NR, bc - jr), true);
       }
     }
   }
