@@ -130,3 +130,20 @@ TEST_CASE("gradients on tensors: the same bits on 1, 2 and 3 threads, heads spre
   const auto [dq0] = gradient(softmax(causal(q0 * transpose(k0)) / 4.0f) * v0, o0, wrt(q0));
   CHECK(test::same_bits(dq0, dQ.matrix_at(0)));
 }
+
+TEST_CASE("gradients on tensors: float queries over a bf16 cache, the cache's gradients rounded once",
+          "[gradient][tensor][half]") {
+  ref::rng rng(21);
+  tensor<float, dyn, dyn, dyn> Q(4, 20, 8), dO(4, 20, 8), Kf(2, 30, 8), Vf(2, 30, 8);
+  tensor<bf16, dyn, dyn, dyn> K(2, 30, 8), V(2, 30, 8);
+  test::fill(Q, rng), test::fill(dO, rng), test::fill(K, rng), test::fill(V, rng);
+  for (std::size_t k = 0; k < K.size(); ++k) Kf.data()[k] = float(K.data()[k]), Vf.data()[k] = float(V.data()[k]);
+  const auto [dQ, dK, dV] = gradient(softmax(causal(Q * transpose(K)) / 3.0f) * V, dO, wrt(Q, K, V));
+  const auto [fQ, fK, fV] = gradient(softmax(causal(Q * transpose(Kf)) / 3.0f) * Vf, dO, wrt(Q, Kf, Vf));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dK)>, tensor<bf16, dyn, dyn, dyn>>);
+  CHECK(test::same_bits_tensor(dQ, fQ));
+  bool rounded = true;
+  for (std::size_t k = 0; k < dK.size(); ++k)
+    rounded = rounded && float(dK.data()[k]) == float(bf16(fK.data()[k])) && float(dV.data()[k]) == float(bf16(fV.data()[k]));
+  CHECK(rounded);
+}
