@@ -1,0 +1,324 @@
+// The vector-Jacobian rule of each node, for gradient.hpp: backprop(e, G,
+// acc) adds what the gradient G reaching e gives each target that e reads.
+// Node by node, a rule runs on matrices the library evaluates (eval(·,
+// naive)), in the type e computes in:
+//   A * B        dA = G Bᵀ, dB = Aᵀ G
+//   transpose    dX = Gᵀ
+//   X * s, X / s dX = G s, G / s (the scalar is a constant)
+//   A ± B        dA = G, dB = ±G
+//   softmax(S)   dS = P ∘ (G − rowsum(G ∘ P)), P the forward weights
+//   causal, masked(S, M), masked(S, pred)
+//                dS = G where kept, exactly 0 where masked
+// softmax(S) * V where S is the dot product, scaled, biased by a constant,
+// causal or masked by a matrix has a rule of its own when the strategy fuses
+// (acc.fuse): the forward again keeping each row's maximum and sum (or
+// vjp's kept ones), then the fused backward (kernels/attention_backward.hpp),
+// whose dQ, dK and dV go on into Q, K and V as written.
+// A subexpression that reads none of the targets is not differentiated. A
+// leaf is a target when it has its data, extents and strides; every
+// occurrence adds to its gradient.
+#pragma once
+
+#include "../expr/elementwise.hpp"
+#include "../expr/mask.hpp"
+#include "../expr/product.hpp"
+#include "../expr/scaled.hpp"
+#include "../expr/softmax.hpp"
+#include "../expr/transpose.hpp"
+#include "../shape/check.hpp"
+#include "../storage/matrix.hpp"
+#include "../kernels/api.hpp"
+#include "../storage/aligned_buffer.hpp"
+#include "eval.hpp"
+#include "strategy.hpp"
+
+#include <cstddef>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace qkv {
+
+// The leaves a gradient is taken with respect to: wrt(Q, K, V).
+template <class... X>
+struct wrt_t {
+  std::tuple<const X&...> leaves;
+};
+
+template <class... X>
+wrt_t<X...> wrt(const X&... x) {
+  static_assert((((leaf<X> || tensor_leaf<X>) && value_element<std::remove_const_t<value_type_t<X>>>) && ...),
+                "qkv: wrt(X...): each X must be a matrix, tensor or view of float, double, bf16 or f16 (masks are constants)");
+  return {std::tie(x...)};
+}
+
+namespace detail {
+
+template <class T>
+using grad_matrix = matrix<T, dyn, dyn>;
+
+template <class L>
+std::size_t leaf_col_stride(const L& l) {
+  if constexpr (requires { l.col_stride(); }) return l.col_stride();
+  else return 1;
+}
+
+// Whether leaf a is the object b names: the same data, extents and strides.
+template <class A, class B>
+bool same_leaf(const A& a, const B& b) {
+  if constexpr (!std::is_same_v<std::remove_const_t<value_type_t<A>>, std::remove_const_t<value_type_t<B>>>) {
+    return false;
+  } else {
+    return static_cast<const void*>(a.data()) == static_cast<const void*>(b.data()) && a.rows() == b.rows() &&
+           a.cols() == b.cols() && (a.rows() < 2 || a.row_stride() == b.row_stride()) &&
+           (a.cols() < 2 || leaf_col_stride(a) == leaf_col_stride(b));
+  }
+}
+
+// Whether e reads any of the leaves in w.
+template <class E, class... X>
+bool reads_any(const E& e, const wrt_t<X...>& w) {
+  bool found = false;
+  auto look = [&](const auto& l) {
+    if constexpr (leaf<decltype(l)>)
+      std::apply([&](const auto&... x) { found = found || (same_leaf(l, x) || ...); }, w.leaves);
+  };
+  for_each_leaf(e, look);
+  return found;
+}
+
+// e's value as a matrix of T.
+template <class T, class E>
+grad_matrix<T> value_of(const E& e) {
+  if constexpr (leaf<E>) {
+    grad_matrix<T> r(e.rows(), e.cols());
+    for (std::size_t i = 0; i < e.rows(); ++i)
+      for (std::size_t j = 0; j < e.cols(); ++j) r(i, j) = static_cast<T>(e(i, j));
+    return r;
+  } else {
+    grad_matrix<T> r(e.rows(), e.cols());
+    eval_into(r, e, naive);  // a 2-byte subexpression: its float value, unrounded
+    return r;
+  }
+}
+
+template <class, class T>
+using same_as_for = T;
+
+// What vjp(e) keeps of a fused forward: O and each row's maximum and sum
+// (attention_problem::row_stats), which make its log-sum-exp.
+template <class T>
+struct forward_kept {
+  grad_matrix<T> out;
+  aligned_buffer<T> row_stats;
+};
+
+// The targets, and the sum of the gradients reaching each.
+template <class T, class... X>
+struct gradients {
+  const wrt_t<X...>& targets;
+  std::tuple<same_as_for<X, grad_matrix<T>>...> sums;
+  bool fuse = false;  // the fused backward where e has one (has_fused_backward)
+  // e's own forward, when e is the attention and vjp kept it: used by the
+  // first node reached, e itself, then dropped.
+  const forward_kept<T>* kept = nullptr;
+};
+
+template <class T>
+void add_into(grad_matrix<T>& sum, const grad_matrix<T>& g) {
+  for (std::size_t i = 0; i < g.rows(); ++i)
+    for (std::size_t j = 0; j < g.cols(); ++j) sum(i, j) += g(i, j);
+}
+
+template <class... Any>
+inline constexpr bool no_backward = false;
+
+template <class T, class E, class... X>
+void backprop(const E&, const grad_matrix<T>&, gradients<T, X...>&) {
+  static_assert(no_backward<E>,
+                "qkv: gradient(e, dO, wrt(X...)): e holds a node without a backward yet (built: products, transpose, "
+                "scaling, sums and differences, softmax, causal and masks)");
+}
+
+template <class T, class E, class... X>
+  requires leaf<E>
+void backprop(const E& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    ((same_leaf(e, std::get<I>(acc.targets.leaves)) ? add_into(std::get<I>(acc.sums), g) : void()), ...);
+  }(std::index_sequence_for<X...>{});
+}
+
+// Only into an operand that reads a target.
+template <class T, class E, class... X, class G>
+void backprop_into(const E& e, G&& make_gradient, gradients<T, X...>& acc) {
+  if (reads_any(e, acc.targets)) backprop(e, grad_matrix<T>(make_gradient()), acc);
+}
+
+template <class T, class A, class B, class... X>
+void product_backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.lhs(), [&] { return eval(g * transpose(value_of<T>(e.rhs())), naive); }, acc);
+  backprop_into(e.rhs(), [&] { return eval(transpose(value_of<T>(e.lhs())) * g, naive); }, acc);
+}
+
+template <class T, class A, class B, class... X>
+void backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  product_backprop(e, g, acc);
+}
+
+// softmax(S) * V with a fused backward (attention_backward.hpp): the dot
+// product, scaled, biased by a constant, causal, masked by a matrix; on
+// matrices of float or double (K and V of 2 bytes are read as float).
+template <class E>
+inline constexpr bool has_fused_backward = [] {
+  if constexpr (has_fused_form<E>) {
+    using scores = typename fused_form<E>::scores;
+    return score_chain<scores>::core_name == "dot" && chain_extension_t<scores>::empty &&
+           static_rank_of<bare_t<E>>() == 2 && element<std::remove_const_t<value_type_t<E>>>;
+  } else {
+    return false;
+  }
+}();
+
+// The chain's dot product, and whether its bias reads a target.
+template <class Q, class K>
+const product_expr<Q, K>& score_core(const product_expr<Q, K>& s) { return s; }
+template <class A, class B, elementwise_op Op>
+const auto& score_core(const elementwise_expr<A, B, Op>& s) {
+  if constexpr (bias_sides<A, B, Op>::left) return score_core(s.lhs());
+  else return score_core(s.rhs());
+}
+template <class S>
+const auto& score_core(const S& s) { return score_core(s.arg()); }
+
+template <class Q, class K, class W>
+bool bias_reads_any(const product_expr<Q, K>&, const W&) { return false; }
+template <class A, class B, elementwise_op Op, class W>
+bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
+  if constexpr (bias_sides<A, B, Op>::left) return reads_any(s.rhs(), w) || bias_reads_any(s.lhs(), w);
+  else return reads_any(s.lhs(), w) || bias_reads_any(s.rhs(), w);
+}
+template <class S, class W>
+bool bias_reads_any(const S& s, const W& w) { return bias_reads_any(s.arg(), w); }
+
+// e's fused forward into out, keeping each row's maximum and sum in stats
+// (2n values); the problem it ran, whose operands live in keep.
+template <class T, class E>
+auto fused_forward(const E& e, const kernels::strided<T>& out, T* stats, fused_operands<T, T>& keep,
+                   fused_extension_t<E>& ext) {
+  auto problem = attention_problem_of<best_policy, E, T>(e, out, keep, ext);
+  // (An empty problem writes nothing: its rows then see nothing.)
+  for (std::size_t i = 0; i < problem.q.rows; ++i)
+    stats[2 * i] = -std::numeric_limits<T>::infinity(), stats[2 * i + 1] = T(0);
+  problem.row_stats = stats;
+  kernels::attention(problem);
+  return problem;
+}
+
+template <class T, class M>
+kernels::strided<T> view_of(M& x) {
+  const auto v = dense(x.data(), x.rows(), x.cols(), x.row_stride());
+  if constexpr (std::is_const_v<T>) return v.as_const();
+  else return v;
+}
+
+// dQ, dK and dV of attention e on into Q, K and V as written in e.
+template <class T, class E, class... X>
+void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix<T>& dk, const grad_matrix<T>& dv,
+                         gradients<T, X...>& acc) {
+  const auto& core = score_core(e.lhs().arg());
+  backprop_into(core.lhs(), [&] { return dq; }, acc);
+  backprop_into(core.rhs().arg(), [&] { return dk; }, acc);
+  backprop_into(e.rhs(), [&] { return dv; }, acc);
+}
+
+// The forward (unless vjp kept it), then the fused backward; dQ, dK and dV
+// go on into Q, K and V as written in e.
+template <class T, class A, class V, class... X>
+  requires has_fused_backward<product_expr<A, V>>
+void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  using E = product_expr<A, V>;
+  const forward_kept<T>* kept = std::exchange(acc.kept, nullptr);
+  const auto& scores = e.lhs().arg();
+  if (!acc.fuse || bias_reads_any(scores, acc.targets)) return product_backprop(e, g, acc);
+  fused_operands<T, T> keep;
+  fused_extension_t<E> ext;
+  forward_kept<T> here;
+  if (kept == nullptr) {
+    here.out = grad_matrix<T>(e.rows(), e.cols());
+    here.row_stats = aligned_buffer<T>(2 * e.rows(), aligned_buffer<T>::uninitialized);
+  }
+  const forward_kept<T>& f = kept != nullptr ? *kept : here;
+  const auto problem = kept != nullptr ? attention_problem_of<best_policy, E, T>(e, view_of<T>(here.out), keep, ext)
+                                       : fused_forward(e, view_of<T>(here.out), here.row_stats.data(), keep, ext);
+  const std::size_t n = problem.q.rows, m = problem.k.rows, dk = problem.q.cols, dv = problem.v.cols;
+  grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
+  const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.row_stats.data(),
+                                             view_of<T>(dq), view_of<T>(dk_), view_of<T>(dv_)};
+  kernels::attention_backward(problem, grads);
+  propagate_attention(e, dq, dk_, dv_, acc);
+}
+
+template <class T, class A, class... X>
+void backprop(const transpose_expr<A>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] { return eval(transpose(g), naive); }, acc);
+}
+
+template <class T, class A, class S, scale_op Op, class... X>
+void backprop(const scaled_expr<A, S, Op>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  const T s = static_cast<T>(e.factor());
+  if constexpr (Op == scale_op::multiply) backprop_into(e.arg(), [&] { return eval(g * s, naive); }, acc);
+  else backprop_into(e.arg(), [&] { return eval(g / s, naive); }, acc);
+}
+
+template <class T, class A, class B, elementwise_op Op, class... X>
+void backprop(const elementwise_expr<A, B, Op>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.lhs(), [&] { return g; }, acc);
+  if constexpr (Op == elementwise_op::add) backprop_into(e.rhs(), [&] { return g; }, acc);
+  else backprop_into(e.rhs(), [&] { return eval(g * T(-1), naive); }, acc);
+}
+
+template <class T, class A, class... X>
+void backprop(const softmax_expr<A>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] {
+    const grad_matrix<T> p = value_of<T>(e);
+    grad_matrix<T> ds(p.rows(), p.cols());
+    for (std::size_t i = 0; i < p.rows(); ++i) {
+      T r = 0;
+      for (std::size_t j = 0; j < p.cols(); ++j) r += g(i, j) * p(i, j);
+      // A weight of 0 (masked, or a fully masked row) passes back exactly 0.
+      for (std::size_t j = 0; j < p.cols(); ++j) ds(i, j) = p(i, j) == T(0) ? T(0) : p(i, j) * (g(i, j) - r);
+    }
+    return ds;
+  }, acc);
+}
+
+// G with the masked positions set to 0: keep(i, j) says which stay.
+template <class T, class Keep>
+grad_matrix<T> kept(const grad_matrix<T>& g, Keep keep) {
+  grad_matrix<T> r(g.rows(), g.cols());
+  for (std::size_t i = 0; i < g.rows(); ++i)
+    for (std::size_t j = 0; j < g.cols(); ++j) r(i, j) = keep(i, j) ? g(i, j) : T(0);
+  return r;
+}
+
+template <class T, class S, class... X>
+void backprop(const causal_expr<S>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  const std::size_t n = e.rows(), m = e.cols();
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return j + n <= i + m; }); }, acc);
+}
+
+template <class T, class S, class M, class... X>
+void backprop(const masked_expr<S, M>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return bool(e.mask()(i, j)); }); },
+                acc);
+}
+
+template <class T, class S, class P, class... X>
+void backprop(const predicate_masked_expr<S, P>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return call_predicate(e.predicate(), i, j); }); },
+                acc);
+}
+
+}  // namespace detail
+}  // namespace qkv
