@@ -64,8 +64,9 @@ void attention(const attention_problem<float, f16>* problems, std::size_t count)
 // The fused backward (attention_backward.hpp): g's dq, dk and dv from the
 // problem, the gradient of its output, its output and row_stats (the
 // problem's out and row_stats are not read). The gradients must not overlap
-// anything else. The same bits whatever the number of threads. Not for
-// problems whose K or V rows are not finite.
+// anything else. The same bits whatever the number of threads. A key or
+// value row that is not finite reaches only the gradients of rows that see
+// it, as in the forward.
 void attention_backward(const attention_problem<float>& problem, const attention_gradient<float>& g);
 void attention_backward(const attention_problem<double>& problem, const attention_gradient<double>& g);
 // Each of count problems as above (the heads of a layer), the same bits as
