@@ -17,6 +17,12 @@
 // row maximum's weight). Below −126.5 the result flushes to 0 instead of
 // going subnormal; above 127.5 it is ∞.
 //
+// On AVX-512 the rounding to n is one vrndscaleps and the scaling one
+// vscalefps (with a mask for the flush): the same bits in seven fewer
+// operations, of which the exponent is the softmax's largest share. Only
+// above 127.5 does it differ: 2^x until x = 128 overflows, as the exact
+// value would. tests/softmax_exp_avx512_test.cpp checks it.
+//
 // softmax_exp(x) = e^x. For float it is fast_exp2(x·log2(e)). Rounding that
 // product, and log2(e) to a float, add a relative error of up to
 // 1.25·|x|·2⁻²⁴ to the weight e^x. Since e^x·|x| ≤ 1/e, that is below
@@ -33,26 +39,45 @@
 #include <cstdint>
 #include <type_traits>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace qkv::kernels {
 
+// 2^r for |r| ≤ ½, the minimax polynomial by Horner's rule.
 template <class Arch>
-xsimd::batch<float, Arch> fast_exp2(xsimd::batch<float, Arch> x) {
+xsimd::batch<float, Arch> exp2_fraction(xsimd::batch<float, Arch> r) {
   using batch = xsimd::batch<float, Arch>;
-  using ints = xsimd::batch<std::int32_t, Arch>;
-  // max and min return their second operand when either one is NaN (x86's
-  // maxps and minps; NEON's propagate NaN), so NaN passes through the clamp.
-  x = xsimd::min(batch(128.0f), xsimd::max(batch(-127.0f), x));
-  // Adding 1.5·2²³ rounds to an integer and leaves it in the low mantissa bits.
-  const batch shifter(12582912.0f);
-  const batch t = x + shifter;
-  const batch r = x - (t - shifter);
   batch p(1.53533595e-4f);
   p = xsimd::fma(p, r, batch(1.33988743e-3f));
   p = xsimd::fma(p, r, batch(9.61843737e-3f));
   p = xsimd::fma(p, r, batch(5.55033247e-2f));
   p = xsimd::fma(p, r, batch(2.40226479e-1f));
   p = xsimd::fma(p, r, batch(6.93147203e-1f));
-  p = xsimd::fma(p, r, batch(1.0f));
+  return xsimd::fma(p, r, batch(1.0f));
+}
+
+template <class Arch>
+xsimd::batch<float, Arch> fast_exp2(xsimd::batch<float, Arch> x) {
+  using batch = xsimd::batch<float, Arch>;
+  using ints = xsimd::batch<std::int32_t, Arch>;
+#if defined(__AVX512F__)
+  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+    // min keeps NaN as below; −∞ gives r = NaN, and the mask then 0.
+    const batch v = xsimd::min(batch(128.0f), x);
+    const batch n(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.5f), _CMP_NLT_UQ);  // x ≥ −126.5 or NaN
+    return _mm512_maskz_scalef_ps(kept, exp2_fraction(v - n), n);
+  }
+#endif
+  // max and min return their second operand when either one is NaN (x86's
+  // maxps and minps; NEON's propagate NaN), so NaN passes through the clamp.
+  x = xsimd::min(batch(128.0f), xsimd::max(batch(-127.0f), x));
+  // Adding 1.5·2²³ rounds to an integer and leaves it in the low mantissa bits.
+  const batch shifter(12582912.0f);
+  const batch t = x + shifter;
+  const batch p = exp2_fraction(x - (t - shifter));
   // The bits of 2^n are (n + 127)·2²³; n = −127 gives +0 and n = 128 gives ∞.
   const ints scale = (xsimd::bitwise_cast<ints>(t) << 23) + ints(127 << 23);
   return p * xsimd::bitwise_cast<batch>(scale);

@@ -1,0 +1,8 @@
+// tests/softmax_exp_test.cpp again, compiled for AVX-512, where fast_exp2
+// rounds with vrndscaleps and scales with vscalefps: the same checks of
+// accuracy and special values on that form. Its own program
+// (exp_avx512_main.cpp), so that no AVX-512 code reaches the suite that runs
+// on every CPU.
+#include "softmax_exp_test.cpp"
+
+static_assert(std::is_base_of_v<xsimd::avx512f, xsimd::default_arch>, "qkv: this file is compiled for AVX-512");
