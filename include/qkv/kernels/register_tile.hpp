@@ -89,7 +89,17 @@ struct register_tile {
       for (std::size_t j = 0; j < NR; ++j) {
         if (j < nr) {
           const S* row = x + static_cast<std::ptrdiff_t>(jp + j) * ldx;
-          for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = static_cast<T>(row[static_cast<std::ptrdiff_t>(p) * cs]);
+          std::size_t p = 0;
+          if constexpr (!std::is_same_v<S, T>) {
+            // 2-byte values converted a vector at a time (one by one, an f16
+            // takes a dozen instructions without F16C).
+            alignas(64) T converted[W];
+            for (; cs == 1 && p + W <= cols; p += W) {
+              load(row + p).store_aligned(converted);
+              for (std::size_t q = 0; q < W; ++q) out[(p + q) * NR + j] = converted[q];
+            }
+          }
+          for (; p < cols; ++p) out[p * NR + j] = static_cast<T>(row[static_cast<std::ptrdiff_t>(p) * cs]);
         } else {
           for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = T(0);
         }
