@@ -75,6 +75,7 @@ struct attention_prefill {
     T* o = s + aligned(BR * BC);
     T* row_m = o + aligned(BR * dvp);
     T* row_l = row_m + aligned(BR);
+    alignas(64) T maxima[BR * W];
     const std::size_t kb = B.key_block(dk, dv);
     const std::size_t br = min(BR, n - i0);
     for (std::size_t r = 0; r < br; ++r) row_m[r] = softmax::neg_inf, row_l[r] = T(0);
@@ -94,25 +95,32 @@ struct attention_prefill {
         keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
       }
 
-      // Scores of the block; rows past br read the last row again and are ignored.
+      // Scores of the block; rows past br read the last row again and are
+      // ignored. Whole panels keep their rows' maxima (lane-wise, in maxima).
+      for (std::size_t x = 0; x < BR * W; ++x) maxima[x] = softmax::neg_inf;
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
         for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
           if constexpr (extension_traits<Ext, T>::has_term) {
             term_tile<Arch, T, Ext>::run(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
+          } else if (jr + NR <= keys[ir / MR]) {
+            tile::template run_keeping_max<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, maxima + ir * W);
           } else {
             tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
           }
         }
       }
-      // Weights, in place.
+      // Weights, in place. Where apply leaves a row's scores as they are, the
+      // maxima of its whole panels spare the softmax a pass over them.
       for (std::size_t r = 0; r < br; ++r) {
         const std::size_t count = keys[r / MR];
         if (count == 0) continue;
         T* u = s + r * BC;
         const T a = scores::apply(p, i0 + r, j0, count, u, ext);
-        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp);
+        const std::size_t known = extension_traits<Ext, T>::has_term || !scores::leaves(p, i0 + r, j0, count) ? 0 : count / NR * NR;
+        const T known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
+        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
       }
       bool finite = true;
       for (std::size_t j = j0; j < j0 + bc; ++j) finite = finite && not_finite[j] == T(0);

@@ -45,6 +45,23 @@ struct bf16_pair_tile {
   [[gnu::noinline]] static void run(std::size_t kp, const std::uint32_t* const* a, const std::uint32_t* b, float* c,
                                     std::ptrdiff_t ldc, std::size_t mr, std::size_t nr, bool accumulate) {
     batch lo[MR], hi[MR];
+    product(kp, a, b, lo, hi);
+    tile::store(lo, hi, c, ldc, mr, nr, accumulate);
+  }
+
+  // A whole tile of scores, with its rows' maxima (register_tile::run_keeping_max).
+  [[gnu::noinline]] static void run_keeping_max(std::size_t kp, const std::uint32_t* const* a, const std::uint32_t* b,
+                                                float* c, std::ptrdiff_t ldc, float* maxima) {
+    batch lo[MR], hi[MR];
+    product(kp, a, b, lo, hi);
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < MR; ++r)
+      xsimd::max(batch::load_aligned(maxima + r * W), xsimd::max(lo[r], hi[r])).store_aligned(maxima + r * W);
+    tile::store(lo, hi, c, ldc, MR, NR, false);
+  }
+
+  [[gnu::always_inline]] static inline void product(std::size_t kp, const std::uint32_t* const* a, const std::uint32_t* b,
+                                                    batch* lo, batch* hi) {
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < MR; ++r) lo[r] = hi[r] = batch(0.0f);
     for (std::size_t p = 0; p < kp; ++p) {
@@ -57,7 +74,6 @@ struct bf16_pair_tile {
       }
       b += NR;
     }
-    tile::store(lo, hi, c, ldc, mr, nr, accumulate);
   }
 };
 
@@ -70,6 +86,7 @@ struct attention_prefill_bf16 {
   static constexpr std::size_t W = float_prefill::W, MR = float_prefill::MR, NR = float_prefill::NR;
   static constexpr std::size_t BR = B.query_rows, BC = B.max_key_block;
   using tile = bf16_pair_tile<Pairs, MR>;
+  using batch = typename float_prefill::batch;
   static constexpr blocking sizes = B;
   static_assert(BC % (2 * W) == 0 && B.sum_chunk % 2 == 0, "qkv: internal: pairs straddle a key block");
 
@@ -156,6 +173,7 @@ struct attention_prefill_bf16 {
     std::uint32_t* qw = buffer.data();
     std::uint32_t* pw = qw + q_words;
 
+    alignas(64) float maxima[BR * W];
     const std::size_t kb = B.key_block(dk, dv), br = min(BR, n - i0);
     for (std::size_t r = 0; r < br; ++r) {
       const float* q = p.q.ptr(i0 + r, 0);
@@ -174,20 +192,26 @@ struct attention_prefill_bf16 {
         const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
         keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
       }
+      for (std::size_t x = 0; x < BR * W; ++x) maxima[x] = softmax::neg_inf;
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const std::uint32_t* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = qw + min(ir + r, br - 1) * dkp;
-        for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR)
-          tile::run(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, MR, NR, false);
+        for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
+          if (jr + NR <= keys[ir / MR]) tile::run_keeping_max(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, maxima + ir * W);
+          else tile::run(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, MR, NR, false);
+        }
       }
       // Weights in float, then rounded to pairs (an odd count's last pair
-      // ends in the padding, which the softmax set to weight 0).
+      // ends in the padding, which the softmax set to weight 0). Whole
+      // panels' maxima as in attention_prefill.
       for (std::size_t r = 0; r < br; ++r) {
         const std::size_t count = keys[r / MR];
         if (count == 0) continue;
         float* u = s + r * BC;
         const float a = scores::apply(p, i0 + r, j0, count, u, no_extension{});
-        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp);
+        const std::size_t known = scores::leaves(p, i0 + r, j0, count) ? count / NR * NR : 0;
+        const float known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
+        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
         for (std::size_t j = 0; j < count; j += 2 * W) Pairs::round_pairs(u + j, pw + r * BC / 2 + j / 2);
       }
       // A pair reads the value row after an odd count's last key too (its

@@ -35,8 +35,12 @@ struct online_softmax {
   static T row_max(const T* u, std::size_t padded) {
     batch vmax(neg_inf);
     for (std::size_t j = 0; j < padded; j += W) vmax = xsimd::max(vmax, batch::load_aligned(u + j));
+    return lane_max(vmax);
+  }
+
+  static T lane_max(batch v) {
     alignas(64) T lanes[W];
-    vmax.store_aligned(lanes);
+    v.store_aligned(lanes);
     T mx = lanes[0];
     for (std::size_t j = 1; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
     return mx;
@@ -44,9 +48,11 @@ struct online_softmax {
 
   // The scores of a row as a·u (u padded with −∞ to a multiple of W):
   // returns their maximum, with u scaled in place and a set to 1 where the
-  // fold would not be exact (above), given the row's maximum so far.
-  static T block_max(T* u, std::size_t padded, T& a, T m_so_far) {
-    const T raw = row_max(u, padded);
+  // fold would not be exact (above), given the row's maximum so far. The
+  // first `known` scores (a multiple of W) have the maximum known_max.
+  static T block_max(T* u, std::size_t padded, T& a, T m_so_far, T known_max = neg_inf, std::size_t known = 0) {
+    const T tail = known < padded ? row_max(u + known, padded - known) : neg_inf;
+    const T raw = tail > known_max ? tail : known_max;
     const T mx = a * raw;
     const T m = mx > m_so_far ? mx : m_so_far;
     if (a == T(1) || !(std::abs(m) > fold_limit) || m == neg_inf) return mx;
@@ -78,11 +84,13 @@ struct online_softmax {
   }
 
   // The weights of one block's scores (a·u, count of them), in place, with
-  // the row's m, l and output o (dvp values) brought up to date.
-  static void step(T* u, std::size_t count, T a, T& m, T& l, T* o, std::size_t dvp) {
+  // the row's m, l and output o (dvp values) brought up to date; the first
+  // `known` scores may come with their maximum, as block_max takes them.
+  static void step(T* u, std::size_t count, T a, T& m, T& l, T* o, std::size_t dvp, T known_max = neg_inf,
+                   std::size_t known = 0) {
     const std::size_t padded = round_up(count, W);
     for (std::size_t j = count; j < padded; ++j) u[j] = neg_inf;
-    const T mx = block_max(u, padded, a, m);
+    const T mx = block_max(u, padded, a, m, known_max, known);
     const T m_new = mx > m ? mx : m;
     // A row with nothing visible yet keeps m = −∞; exp then sees −∞ − 0 = −∞
     // (weight 0) for masked scores and NaN for NaN ones, which must poison.

@@ -32,6 +32,28 @@ struct register_tile {
   [[gnu::noinline]] static void run(std::size_t kc, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc, std::size_t mr,
                   std::size_t nr, bool accumulate) {
     batch lo[MR], hi[MR];
+    product<ACS>(kc, a, b, lo, hi);
+    store(lo, hi, c, ldc, mr, nr, accumulate);
+  }
+
+  // c = A·B for a whole tile, and maxima[r·W, (r + 1)·W) lane-wise raised to
+  // row r's values: the attention's scores with their row maxima taken from
+  // the registers, where the max instructions use pipes the products leave
+  // idle, rather than by another pass over the scores.
+  template <std::size_t ACS>
+  [[gnu::noinline]] static void run_keeping_max(std::size_t kc, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc,
+                                                T* maxima) {
+    batch lo[MR], hi[MR];
+    product<ACS>(kc, a, b, lo, hi);
+#pragma GCC unroll 8
+    for (std::size_t r = 0; r < MR; ++r)
+      xsimd::max(batch::load_aligned(maxima + r * W), xsimd::max(lo[r], hi[r])).store_aligned(maxima + r * W);
+    store(lo, hi, c, ldc, MR, NR, false);
+  }
+
+  // lo, hi = A·B over kc: the loop of run.
+  template <std::size_t ACS>
+  [[gnu::always_inline]] static inline void product(std::size_t kc, const T* const* a, const T* b, batch* lo, batch* hi) {
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < MR; ++r) lo[r] = hi[r] = batch(T(0));
     for (std::size_t p = 0; p < kc; ++p) {
@@ -44,7 +66,6 @@ struct register_tile {
       }
       b += NR;
     }
-    store(lo, hi, c, ldc, mr, nr, accumulate);
   }
 
   // c (+)= the tile held in lo and hi, for its top-left mr×nr corner: the end
