@@ -96,7 +96,9 @@ struct online_softmax {
     // (weight 0) for masked scores and NaN for NaN ones, which must poison.
     const T m_safe = m_new == neg_inf ? T(0) : m_new;
     const T sum = exponentiate(u, padded, a, m_safe);
-    if (m_new != m) {
+    // From m = −∞ the correction is 0, and o and l hold only 0, or NaN that
+    // stays: nothing to rescale (a row's first visible block).
+    if (m_new != m && m != neg_inf) {
       const T correction = exp(batch(m - m_safe)).get(0);
       l *= correction;
       const batch vc(correction);
