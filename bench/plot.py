@@ -6,6 +6,7 @@
     /usr/bin/python3 bench/plot.py bench.json            # writes docs/img/attention_d64.svg, _d128.svg, ...
     /usr/bin/python3 bench/plot.py bench.json --out docs/img/zen3   # the same, into another folder
     /usr/bin/python3 bench/plot.py bench.json --table    # prints the table of docs/performance.md
+    /usr/bin/python3 bench/plot.py bench.json --table16  # the table of 2-byte inputs against float
 
 Needs matplotlib (Debian: python3-matplotlib) for the plots only. Medians of
 the repetitions are used.
@@ -25,6 +26,13 @@ LABELS = {
     "openblas": "OpenBLAS sgemm + softmax",
     "eigen": "Eigen 3.4",
 }
+# 2-byte inputs (bench/qkv_bench.cpp's *_bf16 and *_f16 rows), against float.
+IMPLS16 = ["qkv_fused", "qkv_fused_bf16", "qkv_fused_f16", "onednn", "onednn_bf16"]
+LABELS.update({
+    "qkv_fused_bf16": "qkv fused, bf16",
+    "qkv_fused_f16": "qkv fused, f16",
+    "onednn_bf16": "oneDNN, bf16",
+})
 NAME = re.compile(r"^(\w+)/n=(\d+)/m=(\d+)/d=(\d+)/causal=(\d)")
 
 
@@ -77,6 +85,24 @@ def table(rows, probe):
     return "\n".join(out)
 
 
+def table16(rows):
+    configs = sorted({k[1:] for k in rows if k[0] == "qkv_fused_bf16"}, key=lambda c: (c[2], c[3], c[0]))
+    impls = [i for i in IMPLS16 if any(k[0] == i for k in rows)]
+    # GFLOP/s over float fused's (above 1: faster), and oneDNN bf16's time over qkv bf16's.
+    out = ["| n | m | d | causal | " + " | ".join(LABELS[i] for i in impls) +
+           " | bf16 / float | f16 / float | oneDNN bf16 time / qkv bf16 |",
+           "|---|---|---|---|" + "---|" * (len(impls) + 3)]
+    for n, m, d, causal in configs:
+        get = lambda i: rows.get((i, n, m, d, causal))
+        cells = [f"{get(i)['ms']:.3g} ms, {get(i)['gflops']:.0f}" if get(i) else "" for i in impls]
+        f, b, h, ob = get("qkv_fused"), get("qkv_fused_bf16"), get("qkv_fused_f16"), get("onednn_bf16")
+        cells.append(f"{f['ms'] / b['ms']:.2f}×" if f and b else "")
+        cells.append(f"{f['ms'] / h['ms']:.2f}×" if f and h else "")
+        cells.append(f"{ob['ms'] / b['ms']:.2f}×" if ob and b else "")
+        out.append(f"| {n} | {m} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def plots(rows, outdir):
     import matplotlib
     matplotlib.use("svg")
@@ -84,10 +110,17 @@ def plots(rows, outdir):
     import matplotlib.pyplot as plt
 
     os.makedirs(outdir, exist_ok=True)
+    for impls, stem in ((IMPLS, "attention"), (IMPLS16, "attention16")):
+        if stem == "attention16" and not any(k[0] == "qkv_fused_bf16" for k in rows):
+            continue
+        plot_set(plt, rows, outdir, impls, stem)
+
+
+def plot_set(plt, rows, outdir, impls, stem):
     for d in sorted({k[3] for k in rows}):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
         for ax, causal in zip(axes, (0, 1)):
-            for impl in IMPLS:
+            for impl in impls:
                 pts = sorted((k[1], v["gflops"]) for k, v in rows.items()
                              if k[0] == impl and k[3] == d and k[4] == causal and k[1] == k[2])
                 if pts:
@@ -99,7 +132,7 @@ def plots(rows, outdir):
         axes[0].set_ylabel("GFLOP/s (4·d per visible pair), one thread")
         axes[1].legend(fontsize=8)
         fig.tight_layout()
-        path = os.path.join(outdir, f"attention_d{d}.svg")
+        path = os.path.join(outdir, f"{stem}_d{d}.svg")
         fig.savefig(path, metadata={"Date": None})
         plt.close(fig)
         print("wrote", path)
@@ -112,6 +145,8 @@ def main():
     context, rows, probe = load(sys.argv[1])
     if "--table" in sys.argv:
         print(table(rows, probe))
+    elif "--table16" in sys.argv:
+        print(table16(rows))
     else:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         out = os.path.join(root, "docs", "img")

@@ -118,7 +118,8 @@ struct attention_prefill {
         if (count == 0) continue;
         T* u = s + r * BC;
         const T a = scores::apply(p, i0 + r, j0, count, u, ext);
-        const std::size_t known = extension_traits<Ext, T>::has_term || !scores::leaves(p, i0 + r, j0, count) ? 0 : count / NR * NR;
+        const std::size_t full = count / NR * NR;  // whole panels: a causal cut past them masks only the tail
+        const std::size_t known = extension_traits<Ext, T>::has_term || !scores::leaves(p, i0 + r, j0, full) ? 0 : full;
         const T known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
         softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
       }

@@ -209,7 +209,8 @@ struct attention_prefill_bf16 {
         if (count == 0) continue;
         float* u = s + r * BC;
         const float a = scores::apply(p, i0 + r, j0, count, u, no_extension{});
-        const std::size_t known = scores::leaves(p, i0 + r, j0, count) ? count / NR * NR : 0;
+        const std::size_t full = count / NR * NR;
+        const std::size_t known = scores::leaves(p, i0 + r, j0, full) ? full : 0;
         const float known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
         softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
         for (std::size_t j = 0; j < count; j += 2 * W) Pairs::round_pairs(u + j, pw + r * BC / 2 + j / 2);
