@@ -8,6 +8,7 @@
 #include "arch_traits.hpp"
 #include "blocking.hpp"
 #include "load_float.hpp"
+#include "transpose.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -107,10 +108,21 @@ struct register_tile {
                               std::size_t cols, T* out) {
     for (std::size_t jp = 0; jp < count; jp += NR) {
       const std::size_t nr = count - jp < NR ? count - jp : NR;
+      std::size_t p0 = 0;  // columns [0, p0) packed by register transposes
+      if constexpr (transposes<Arch, T>) {
+        for (; cs == 1 && p0 + W <= cols; p0 += W)
+          for (std::size_t h = 0; h < NR; h += W) {
+            batch r[W];
+            for (std::size_t i = 0; i < W; ++i)
+              r[i] = h + i < nr ? load(x + static_cast<std::ptrdiff_t>(jp + h + i) * ldx + p0) : batch(T(0));
+            transpose_square<Arch, T>(r);
+            for (std::size_t q = 0; q < W; ++q) r[q].store_unaligned(out + (p0 + q) * NR + h);
+          }
+      }
       for (std::size_t j = 0; j < NR; ++j) {
         if (j < nr) {
           const S* row = x + static_cast<std::ptrdiff_t>(jp + j) * ldx;
-          std::size_t p = 0;
+          std::size_t p = p0;
           if constexpr (!std::is_same_v<S, T>) {
             // 2-byte values converted a vector at a time (one by one, an f16
             // takes a dozen instructions without F16C).
@@ -122,7 +134,7 @@ struct register_tile {
           }
           for (; p < cols; ++p) out[p * NR + j] = static_cast<T>(row[static_cast<std::ptrdiff_t>(p) * cs]);
         } else {
-          for (std::size_t p = 0; p < cols; ++p) out[p * NR + j] = T(0);
+          for (std::size_t p = p0; p < cols; ++p) out[p * NR + j] = T(0);
         }
       }
       out += NR * cols;
