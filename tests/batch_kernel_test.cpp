@@ -11,6 +11,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 using namespace qkv;
@@ -315,5 +318,57 @@ TEST_CASE("split decoding: a fully masked row gives zeros and NaN poisons only i
   for (std::size_t t : {2, 3}) {
     set_threads(t);
     CHECK(test::same_bits(through_batch(std::vector{p})[0], got));
+  }
+}
+
+// The row maximum the kernel keeps (row_stats, what the backward and the
+// log-sum-exp rest on) is the largest visible score. The keys a row may not
+// see score higher than every key it sees, so a maximum taken over hidden
+// scores (from the tile's registers before the mask, say) is off by far
+// more than the scores' rounding.
+template <class S>
+void check_visible_maximum(std::size_t n, std::size_t m, bool by_mask) {
+  const std::size_t dk = 16, dv = 8;
+  std::vector<float> q(n * dk, 1.0f), out(n * dv), stats(2 * n);
+  std::vector<S> k(m * dk), v(m * dv, S(1.0f));
+  for (std::size_t j = 0; j < m; ++j)
+    for (std::size_t c = 0; c < dk; ++c) k[j * dk + c] = S(4.0f * float(j + 1) / float(m));
+  const std::unique_ptr<bool[]> keep(new bool[n * m]);
+  const std::size_t shift = m - n;  // causal's alignment: row i sees keys j ≤ i + shift
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) keep[i * m + j] = j < i + shift;  // the mask hides the diagonal too
+  kernels::attention_problem<float, S> p;
+  p.q = {q.data(), n, dk, std::ptrdiff_t(dk), 1};
+  p.k = {k.data(), m, dk, std::ptrdiff_t(dk), 1};
+  p.v = {v.data(), m, dv, std::ptrdiff_t(dv), 1};
+  p.out = {out.data(), n, dv, std::ptrdiff_t(dv), 1};
+  p.scale = 0.25f;
+  p.row_stats = stats.data();
+  p.queries_in_storage_type = !std::is_same_v<S, float>;  // Q's ones are bf16 values: the pair kernel
+  if (by_mask) p.mask = {keep.get(), n, m, std::ptrdiff_t(m), 1};
+  else p.causal = true;
+  kernels::attention(&p, 1);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t last = by_mask ? i + shift : i + shift + 1;  // keys [0, last) visible
+    INFO("n = " << n << ", m = " << m << (by_mask ? ", mask" : ", causal") << ", row " << i << ", kernels "
+                << active_arch());
+    if (last == 0) {
+      CHECK(stats[2 * i] == -std::numeric_limits<float>::infinity());
+      CHECK(stats[2 * i + 1] == 0.0f);
+      continue;
+    }
+    // 16 equal products summed: within 16 roundings of the exact score;
+    // the next key's score is larger by 16·4/m·0.25 = 16/m, far more.
+    const double exact = 0.25 * 16.0 * double(float(k[(last - 1) * dk]));
+    CHECK(std::abs(stats[2 * i] - exact) <= 16 * 6e-8 * exact);
+  }
+}
+
+TEST_CASE("the kept row maximum is the largest visible score, under causal and masks", "[attention][mask]") {
+  for (const auto& [n, m] : {std::pair<std::size_t, std::size_t>{70, 70}, {70, 300}, {300, 300}}) {
+    for (bool by_mask : {false, true}) {
+      check_visible_maximum<float>(n, m, by_mask);
+      check_visible_maximum<bf16>(n, m, by_mask);
+    }
   }
 }

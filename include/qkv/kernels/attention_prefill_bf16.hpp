@@ -54,9 +54,7 @@ struct bf16_pair_tile {
                                                 float* c, std::ptrdiff_t ldc, float* maxima) {
     batch lo[MR], hi[MR];
     product(kp, a, b, lo, hi);
-#pragma GCC unroll 8
-    for (std::size_t r = 0; r < MR; ++r)
-      xsimd::max(batch::load_aligned(maxima + r * W), xsimd::max(lo[r], hi[r])).store_aligned(maxima + r * W);
+    tile::raise_maxima(lo, hi, maxima);
     tile::store(lo, hi, c, ldc, MR, NR, false);
   }
 

@@ -46,10 +46,15 @@ struct register_tile {
                                                 T* maxima) {
     batch lo[MR], hi[MR];
     product<ACS>(kc, a, b, lo, hi);
+    raise_maxima(lo, hi, maxima);
+    store(lo, hi, c, ldc, MR, NR, false);
+  }
+
+  // maxima[r·W, (r + 1)·W) lane-wise raised to row r of the tile in lo, hi.
+  [[gnu::always_inline]] static inline void raise_maxima(const batch* lo, const batch* hi, T* maxima) {
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < MR; ++r)
       xsimd::max(batch::load_aligned(maxima + r * W), xsimd::max(lo[r], hi[r])).store_aligned(maxima + r * W);
-    store(lo, hi, c, ldc, MR, NR, false);
   }
 
   // lo, hi = A·B over kc: the loop of run.

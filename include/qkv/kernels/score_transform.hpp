@@ -31,9 +31,6 @@ struct score_transform {
   }
 
   // The scores of row i for keys [j0, j0 + count), raw q·k in u on entry.
-  // Applies the biases, the modifier and the masks; returns the factor a > 0
-  // such that the score is a·u (the scale is left to the exponent when
-  // nothing else needs the scaled score; online_softmax.hpp).
   // Whether apply leaves the scores of row i for keys [j0, j0 + count) as
   // they are (and returns the scale); a causal cut may mask keys past them.
   static bool leaves(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count) {
@@ -41,6 +38,9 @@ struct score_transform {
            key_end(p, i) >= j0 + count && p.mask.data == nullptr && !traits::keeps;
   }
 
+  // Applies the biases, the modifier and the masks; returns the factor a > 0
+  // such that the score is a·u (the scale is left to the exponent when
+  // nothing else needs the scaled score; online_softmax.hpp).
   static T apply(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u,
                  const Ext& ext = Ext{}) {
     T a = p.scale;
