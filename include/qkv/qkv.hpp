@@ -23,6 +23,7 @@
 #include "similarity/builtin.hpp"
 #include "eval/strategy.hpp"
 #include "eval/eval.hpp"
+#include "eval/dual.hpp"
 #include "eval/gradient.hpp"
 #include "eval/explain.hpp"
 #include "eval/cost.hpp"

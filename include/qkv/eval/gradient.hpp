@@ -10,9 +10,9 @@
 //
 // Built so far: float and double matrices and tensors (float queries over a
 // 2-byte K and V too, their gradients rounded once to it), with the nodes
-// of gradient_rules.hpp. The similarities, score_mod and all-2-byte
-// expressions are not built yet; asking for them is a `qkv:` compile error,
-// never a wrong answer.
+// of gradient_rules.hpp and gradient_extensions.hpp. All-2-byte expressions
+// are not built yet; asking for them is a `qkv:` compile error, never a
+// wrong answer.
 #pragma once
 
 #include "../kernels/api.hpp"
@@ -21,6 +21,7 @@
 #include "../storage/matrix.hpp"
 #include "../storage/tensor.hpp"
 #include "eval.hpp"
+#include "gradient_extensions.hpp"
 #include "gradient_rules.hpp"
 #include "slice.hpp"
 #include "strategy.hpp"

@@ -137,8 +137,7 @@ inline constexpr bool no_backward = false;
 template <class T, class E, class... X>
 void backprop(const E&, const grad_matrix<T>&, gradients<T, X...>&) {
   static_assert(no_backward<E>,
-                "qkv: gradient(e, dO, wrt(X...)): e holds a node without a backward yet (built: products, transpose, "
-                "scaling, sums and differences, softmax, causal and masks)");
+                "qkv: gradient(e, dO, wrt(X...)): e holds a node without a backward");
 }
 
 template <class T, class E, class... X>
