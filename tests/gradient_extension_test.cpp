@@ -304,3 +304,31 @@ TEST_CASE("a matrix a functor reads through operands() is its constant: asking f
   const auto [dQ] = gradient(e, x.dO, wrt(x.Q));  // the rest still works
   CHECK(dQ.rows() == 4);
 }
+
+TEST_CASE("extension gradients on tensors: grouped heads sum, as the heads' matrix gradients do", "[gradient][tensor]") {
+  // 4 query heads over 2 key/value heads, a user term and soft-capping:
+  // the tensor's gradients are each head's matrix gradients, a key/value
+  // head's summed over its query heads in head order.
+  const std::size_t H = 4, n = 9, m = 12, d = 5;
+  ref::rng rng(30);
+  tensor<double, dyn, dyn, dyn> Q(H, n, d), K(2, m, d), V(2, m, 3), dO(H, n, 3);
+  test::fill(Q, rng), test::fill(K, rng), test::fill(V, rng), test::fill(dO, rng);
+  const auto term = [](auto q, auto k) { using std::tanh; return tanh(q) * k; };
+  const auto cap = [](auto s, auto, auto) { using std::tanh; return 2.0 * tanh(s / 2.0); };
+  const auto [dQ, dK, dV] = gradient(softmax(causal(score_mod(similarity(Q, K, term), cap))) * V, dO, wrt(Q, K, V));
+  dmat sK(m, d), sV(m, 3);
+  for (std::size_t h = 0; h < H; ++h) {
+    const auto q = Q.matrix_at(h), k = K.matrix_at(h / 2), v = V.matrix_at(h / 2), o = dO.matrix_at(h);
+    const auto [gq, gk, gv] = gradient(softmax(causal(score_mod(similarity(q, k, term), cap))) * v, o, wrt(q, k, v));
+    CHECK(test::same_bits(gq, dQ.matrix_at(h)));
+    if (h % 2 == 0) sK = dmat(m, d), sV = dmat(m, 3);
+    for (std::size_t j = 0; j < m; ++j) {
+      for (std::size_t c = 0; c < d; ++c) sK(j, c) += gk(j, c);
+      for (std::size_t c = 0; c < 3; ++c) sV(j, c) += gv(j, c);
+    }
+    if (h % 2 == 1) {
+      CHECK(test::same_bits(sK, dK.matrix_at(h / 2)));
+      CHECK(test::same_bits(sV, dV.matrix_at(h / 2)));
+    }
+  }
+}
