@@ -5,7 +5,8 @@
 // dK = c·dSᵀ Q, each product a cblas_sgemm, every n×m matrix materialised.
 // GFLOP/s count 10·d per visible query-key pair for a backward (2.5 times the
 // forward's 4·d, FlashAttention-2's convention), whatever an implementation
-// recomputes.
+// recomputes. With a soft-capping score_mod too, whose backward runs in
+// this unit (qkv_gradient_bench_native: -march=native).
 #include "bench_common.hpp"
 
 #include <qkv/kernels/api.hpp>
@@ -71,6 +72,27 @@ void fused_backward(benchmark::State& state, const bench::config& c) {
       benchmark::DoNotOptimize(std::get<0>(g).data());
     }
   });
+  set_backward_counters(state, c);
+}
+
+// The same with soft-capping, 30·tanh(s / 30), a score_mod that the fused
+// backward differentiates with dual numbers inside its loop. The functor
+// runs on the instruction set this unit is compiled for:
+// qkv_gradient_bench_native is this file with -march=native.
+void soft_capped_backward(benchmark::State& state, const bench::config& c) {
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  const float scale = 1.0f / std::sqrt(float(c.d));
+  const auto cap = [](auto s, auto, auto) { using std::tanh; return 30.0f * tanh(s / 30.0f); };
+  const auto run = [&](const auto& e) {
+    const auto [O, back] = qkv::vjp(e);
+    for (auto _ : state) {
+      auto g = back(in.dO, qkv::wrt(in.Q, in.K, in.V));
+      benchmark::DoNotOptimize(std::get<0>(g).data());
+    }
+  };
+  if (c.causal) run(softmax(causal(score_mod(in.Q * transpose(in.K) * scale, cap))) * in.V);
+  else run(softmax(score_mod(in.Q * transpose(in.K) * scale, cap)) * in.V);
   set_backward_counters(state, c);
 }
 
@@ -143,6 +165,7 @@ void register_each(const std::string& impl, F fn) {
 const int registered = [] {
   register_each("forward", forward);
   register_each("fused_backward", fused_backward);
+  register_each("soft_capped_backward", soft_capped_backward);
 #ifdef QKV_BENCH_OPENBLAS
   register_each("openblas_backward", openblas_backward);
 #endif

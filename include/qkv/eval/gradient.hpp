@@ -175,7 +175,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     problems.push_back(attention_problem_of<best_policy, P, T>(parts[x], view_of<T>(forward[x].out), keep[x], ext));
     problems.back().row_stats = stats;
   }
-  kernels::attention(problems.data(), count);
+  run_attention(problems.data(), count, ext);
   std::vector<grad_matrix<T>> d_o(count), dq(count), dk(count), dv(count);
   std::vector<kernels::attention_gradient<T>> grads;
   grads.reserve(count);
@@ -187,7 +187,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     grads.push_back({view_of<const T>(d_o[x]), view_of<const T>(forward[x].out), forward[x].row_stats.data(),
                      view_of<T>(dq[x]), view_of<T>(dk[x]), view_of<T>(dv[x])});
   }
-  kernels::attention_backward(problems.data(), grads.data(), count);
+  run_backward(problems.data(), grads.data(), count, ext);
   for (std::size_t x = 0; x < count; ++x) {
     const auto targets = targets_at(at[x]);
     const auto sliced = std::apply([](const auto&... t) { return wrt_t<bare_t<decltype(t)>...>{std::tie(t...)}; }, targets);
@@ -269,13 +269,22 @@ auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w) {
   return detail::gradient_by(e, d_out, w, true);
 }
 
+namespace detail {
+// A matrix attention with a fused backward, or a batched one whose slices have it.
+template <class E>
+inline constexpr bool fused_backward_of = [] {
+  if constexpr (static_rank_of<bare_t<E>>() > 2) return has_fused_backward<slice_t<E>>;
+  else return has_fused_backward<E>;
+}();
+}  // namespace detail
+
 // Fused: e must be an attention with a fused backward.
 template <expression E, class D, class... X>
 auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, fused_t) {
-  static_assert(detail::has_fused_backward<E>,
-                "qkv: gradient(e, dO, wrt(X...), qkv::fused): e has no fused backward (built: softmax(S) * V on "
-                "matrices, S the dot product, scaled, biased by a constant, causal or masked by a matrix)");
-  if constexpr (detail::has_fused_backward<E>) return detail::gradient_by(e, d_out, w, true);
+  static_assert(detail::fused_backward_of<E>,
+                "qkv: gradient(e, dO, wrt(X...), qkv::fused): e has no fused backward (built: softmax(S) * V, S the "
+                "dot product, scaled, biased by a constant, causal, masked, one score_mod)");
+  if constexpr (detail::fused_backward_of<E>) return detail::gradient_by(e, d_out, w, true);
   else return std::tuple<>{};  // (the assertion has said what is wrong)
 }
 

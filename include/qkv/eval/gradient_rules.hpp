@@ -10,7 +10,8 @@
 //   causal, masked(S, M), masked(S, pred)
 //                dS = G where kept, exactly 0 where masked
 // softmax(S) * V where S is the dot product, scaled, biased by a constant,
-// causal or masked by a matrix has a rule of its own when the strategy fuses
+// causal, masked by a matrix or a predicate, or modified by one score_mod,
+// has a rule of its own when the strategy fuses
 // (acc.fuse): the forward again keeping each row's maximum and sum (or
 // vjp's kept ones), then the fused backward (kernels/attention_backward.hpp),
 // whose dQ, dK and dV go on into Q, K and V as written.
@@ -28,6 +29,7 @@
 #include "../shape/check.hpp"
 #include "../storage/matrix.hpp"
 #include "../kernels/api.hpp"
+#include "../kernels/attention_backward_with.hpp"
 #include "../storage/aligned_buffer.hpp"
 #include "eval.hpp"
 #include "strategy.hpp"
@@ -166,20 +168,35 @@ void backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T,
 }
 
 // softmax(S) * V with a fused backward (attention_backward.hpp): the dot
-// product, scaled, biased by a constant, causal, masked by a matrix; on
-// matrices of float or double (K and V of 2 bytes are read as float).
+// product, scaled, biased by a constant, causal, masked by a matrix or a
+// predicate, one score_mod; on matrices of float or double (K and V of 2
+// bytes are read as float).
 template <class E>
 inline constexpr bool has_fused_backward = [] {
   if constexpr (has_fused_form<E>) {
     using scores = typename fused_form<E>::scores;
-    return score_chain<scores>::core_name == "dot" && chain_extension_t<scores>::empty &&
-           static_rank_of<bare_t<E>>() == 2 && element<std::remove_const_t<value_type_t<E>>>;
+    return score_chain<scores>::core_name == "dot" && static_rank_of<bare_t<E>>() == 2 &&
+           element<std::remove_const_t<value_type_t<E>>>;
   } else {
     return false;
   }
 }();
 
-// The chain's dot product, and whether its bias reads a target.
+// Whether a functor reads a target through its operands() (a constant of
+// the functor's: it has no gradient to give).
+template <class Fn, class... X>
+bool functor_reads_any(const Fn& fn, const wrt_t<X...>& w) {
+  bool found = false;
+  auto look = [&](const auto& l) {
+    if constexpr (leaf<decltype(l)>)
+      std::apply([&](const auto&... x) { found = found || (same_leaf(l, x) || ...); }, w.leaves);
+  };
+  for_each_functor_leaf(fn, look);
+  return found;
+}
+
+// The chain's dot product, and whether its bias, or a score_mod's functor through
+// its operands(), reads a target (then node by node, which says what it can).
 template <class Q, class K>
 const product_expr<Q, K>& score_core(const product_expr<Q, K>& s) { return s; }
 template <class A, class B, elementwise_op Op>
@@ -198,7 +215,19 @@ bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
   else return reads_any(s.lhs(), w) || bias_reads_any(s.rhs(), w);
 }
 template <class S, class W>
-bool bias_reads_any(const S& s, const W& w) { return bias_reads_any(s.arg(), w); }
+bool bias_reads_any(const S& s, const W& w) {
+  if constexpr (requires { s.function(); })  // a score_mod's functor: node by node, which says so
+    if (functor_reads_any(s.function(), w)) return true;
+  return bias_reads_any(s.arg(), w);
+}
+
+// The compiled kernels, or with an extension the kernel instantiated here.
+template <class T, class Ext>
+void run_backward(const kernels::attention_problem<T>* problems, const kernels::attention_gradient<T>* g,
+                  std::size_t count, const Ext& ext) {
+  if constexpr (Ext::empty) kernels::attention_backward(problems, g, count);
+  else kernels::attention_backward_with(problems, g, count, ext);
+}
 
 // e's fused forward into out, keeping each row's maximum and sum in stats
 // (2n values); the problem it ran, whose operands live in keep.
@@ -210,7 +239,7 @@ auto fused_forward(const E& e, const kernels::strided<T>& out, T* stats, fused_o
   for (std::size_t i = 0; i < problem.q.rows; ++i)
     stats[2 * i] = -std::numeric_limits<T>::infinity(), stats[2 * i + 1] = T(0);
   problem.row_stats = stats;
-  kernels::attention(problem);
+  run_attention(&problem, 1, ext);
   return problem;
 }
 
@@ -254,7 +283,7 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
   grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
   const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.row_stats.data(),
                                              view_of<T>(dq), view_of<T>(dk_), view_of<T>(dv_)};
-  kernels::attention_backward(problem, grads);
+  run_backward(&problem, &grads, 1, ext);
   propagate_attention(e, dq, dk_, dv_, acc);
 }
 

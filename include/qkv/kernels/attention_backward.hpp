@@ -17,6 +17,11 @@
 // dV are summed transposed (dk × m, dv × m), so that a tile's P and dS,
 // packed as B operands, serve both; finish() writes them out.
 //
+// With a score modifier f (an extension, instantiated in the user's unit by
+// attention_backward_with.hpp), dS is multiplied by f′ at each score, which
+// the modifier gives when called on dual numbers; a predicate masks and
+// skips tiles as in the forward.
+//
 // A weight of 0 (a masked key, a row that sees nothing) gives dS = 0
 // exactly, and must not read what it weighs: a key or query row that is not
 // finite (a padded cache) is 0 in the copies that dQ and dK sum, since any
@@ -220,13 +225,17 @@ struct attention_backward_kernel {
     // P = exp(s − L) and dS = a · P ∘ (dP − D), exactly 0 where P is.
     const T* delta = shared + x.delta;
     const batch zero(T(0)), va(p.scale);
+    // With a modifier f: dS = a · f′ · P ∘ (dP − D), f′ at each score.
+    alignas(64) T slope[scores::traits::modifies ? BK : 1];
     for (std::size_t r = 0; r < br; ++r) {
       T* u = s + r * BK;
       T* d = ds + r * BK;
       const std::size_t count = keys[r / MR], counted = up(count, W);
       for (std::size_t j = counted; j < bcp; ++j) u[j] = d[j] = T(0);
       if (count == 0) continue;
-      const T a = scores::apply(p, i0 + r, j0, count, u, ext);
+      const T a = scores::template apply<scores::traits::modifies>(p, i0 + r, j0, count, u, ext, slope);
+      if constexpr (scores::traits::modifies)
+        for (std::size_t j = count; j < counted; ++j) slope[j] = T(0);
       for (std::size_t j = count; j < counted; ++j) u[j] = softmax::neg_inf;
       // P = exp(s − m) / l, as the forward weighs; a row that sees nothing
       // (m = −∞, l = 0) has weights exp(−∞) · 0 = 0.
@@ -235,7 +244,8 @@ struct attention_backward_kernel {
           vra(a);
       for (std::size_t j = 0; j < counted; j += W) {
         const batch w = softmax::exp(xsimd::fms(vra, batch::load_aligned(u + j), vm)) * vinv;
-        const batch dsj = va * w * (batch::load_aligned(d + j) - vd);
+        batch dsj = va * w * (batch::load_aligned(d + j) - vd);
+        if constexpr (scores::traits::modifies) dsj = dsj * batch::load_aligned(slope + j);
         w.store_aligned(u + j);
         xsimd::select(w == zero, zero, dsj).store_aligned(d + j);
       }

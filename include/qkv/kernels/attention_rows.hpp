@@ -13,6 +13,8 @@
 // The span depends only on which scores are visible, so a hint changes the
 // work, never the result; and a block is computed alike whoever runs it.
 // Memory: one block_rows × span block of scores per thread, never n × m.
+// Asked for them (p.row_stats), it keeps each row's maximum and sum, as the
+// online kernel does, for the backward.
 #pragma once
 
 #include "../storage/aligned_buffer.hpp"
@@ -21,6 +23,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <limits>
 #include <vector>
@@ -137,6 +140,7 @@ struct attention_rows_kernel {
     if (vlo == vhi) return zero_rows(p, i0, br);
     const std::size_t ja = vlo * block_keys, width = min(vhi * block_keys, j_end) - ja;
     T* span = sd + (ja - c0);
+    if (p.row_stats != nullptr) keep_row_stats(p, i0, br, span, ld, width);
     softmax_rows(strided<T>{span, br, width, static_cast<std::ptrdiff_t>(ld), 1});
     const strided<const T> pb{span, br, width, static_cast<std::ptrdiff_t>(ld), 1};
     const strided<const T> vb{p.v.ptr(ja, 0), width, p.v.cols, p.v.row_stride, p.v.col_stride};
@@ -144,8 +148,24 @@ struct attention_rows_kernel {
   }
 
  private:
+  // Each row's maximum and sum Σ exp(s − max), for the backward (2 values a
+  // row; −∞ and 0 for a row that sees nothing).
+  static void keep_row_stats(const attention_problem<T>& p, std::size_t i0, std::size_t br, const T* span,
+                             std::size_t ld, std::size_t width) {
+    for (std::size_t r = 0; r < br; ++r) {
+      const T* u = span + r * ld;
+      T mx = neg_inf, l = T(0);
+      for (std::size_t j = 0; j < width; ++j) mx = u[j] > mx ? u[j] : mx;
+      if (mx != neg_inf)
+        for (std::size_t j = 0; j < width; ++j) l += std::exp(u[j] - mx);
+      p.row_stats[2 * (i0 + r)] = mx, p.row_stats[2 * (i0 + r) + 1] = l;
+    }
+  }
+
   // Rows that see nothing give zeros, as softmax_rows gives for a row of −∞.
   static void zero_rows(const attention_problem<T>& p, std::size_t i0, std::size_t br) {
+    if (p.row_stats != nullptr)
+      for (std::size_t r = 0; r < br; ++r) p.row_stats[2 * (i0 + r)] = neg_inf, p.row_stats[2 * (i0 + r) + 1] = T(0);
     for (std::size_t r = 0; r < br; ++r) {
       T* o = p.out.ptr(i0 + r, 0);
       for (std::size_t c = 0; c < p.v.cols; ++c) o[c] = T(0);

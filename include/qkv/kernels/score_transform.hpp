@@ -4,6 +4,7 @@
 // leaves anything visible in, so that the kernel can skip the others.
 #pragma once
 
+#include "../storage/dual.hpp"
 #include "attention_problem.hpp"
 #include "extension.hpp"
 
@@ -40,9 +41,12 @@ struct score_transform {
 
   // Applies the biases, the modifier and the masks; returns the factor a > 0
   // such that the score is a·u (the scale is left to the exponent when
-  // nothing else needs the scaled score; online_softmax.hpp).
+  // nothing else needs the scaled score; online_softmax.hpp). With_slope
+  // (a modifier's backward), slope[j] is the modifier's derivative f′ at
+  // u[j]'s scaled, biased score: only then is f called on dual numbers.
+  template <bool with_slope = false>
   static T apply(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u,
-                 const Ext& ext = Ext{}) {
+                 const Ext& ext = Ext{}, T* slope = nullptr) {
     T a = p.scale;
     if (p.bias.data != nullptr || p.col_bias.data != nullptr || !(p.scale > T(0)) || traits::modifies) {
       const batch vs(p.scale), vb(p.bias_scale);
@@ -63,7 +67,10 @@ struct score_transform {
         const T r = p.row_scale * p.row_bias(i, 0);
         for (j = 0; j < count; ++j) u[j] += r;
       }
-      if constexpr (traits::modifies) modify(ext, i, j0, count, u);
+      if constexpr (traits::modifies) {
+        if constexpr (with_slope) modify_with_slope(ext, i, j0, count, u, slope);
+        else modify(ext, i, j0, count, u);
+      }
       a = T(1);
     }
     const std::size_t end = key_end(p, i);
@@ -90,6 +97,25 @@ struct score_transform {
       batch(ext.modify(batch::load_unaligned(u + j), vi, vj)).store_unaligned(u + j);
     }
     for (; j < count; ++j) u[j] = static_cast<T>(ext.modify(u[j], static_cast<T>(i), static_cast<T>(j0 + j)));
+  }
+
+  // s ← f(s, i, j) and slope ← ∂f/∂s, calling f on dual numbers
+  // (storage/dual.hpp): one call gives both.
+  static void modify_with_slope(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u, T* slope) {
+    using D = dual<batch>;
+    alignas(64) T lanes[W];
+    for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
+    const batch iota = batch::load_aligned(lanes), vi(static_cast<T>(i)), one(T(1));
+    std::size_t j = 0;
+    for (; j + W <= count; j += W) {
+      const D r = ext.modify(D(batch::load_unaligned(u + j), one), D(vi), D(iota + batch(static_cast<T>(j0 + j))));
+      r.v.store_unaligned(u + j);
+      r.d.store_unaligned(slope + j);
+    }
+    for (; j < count; ++j) {
+      const dual<T> r = ext.modify(dual<T>(u[j], T(1)), dual<T>(static_cast<T>(i)), dual<T>(static_cast<T>(j0 + j)));
+      u[j] = r.v, slope[j] = r.d;
+    }
   }
 
   // Whether the masks leave any pair of rows [i0, i0 + rows) and keys

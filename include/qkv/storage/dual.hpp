@@ -9,8 +9,8 @@
 // and mixes with numbers in arithmetic. Functions with dual overloads, found
 // as `using std::f; f(x)` finds them (ADL) and as xsimd::f:
 //   abs fabs sqrt cbrt exp exp2 expm1 log log2 log10 log1p sin cos tan asin
-//   acos atan sinh cosh tanh erf, pow(x, p) and pow(x, y), fmin fmax fma;
-//   and xsimd::min, xsimd::max, xsimd::select.
+//   acos atan sinh cosh tanh erf, pow(x, p) and pow(x, y), fmin fmax fma,
+//   floor ceil trunc round (slope 0); and xsimd::min, max, select.
 // Comparisons compare the values (a bool, or a batch_bool for select).
 // Where a function has no derivative (|x| at 0, min at a tie) it takes a
 // one-sided one: abs′(0) = 0, and min and max follow the argument they pick.
@@ -107,6 +107,11 @@ struct dual {
   friend dual fmin(const dual& a, const dual& b) { return math::min(a, b); }
   friend dual fmax(const dual& a, const dual& b) { return math::max(a, b); }
   friend dual fma(const dual& a, const dual& b, const dual& c) { return a * b + c; }
+  // Steps: slope 0 between the jumps (and at them).
+  friend dual floor(const dual& x) { return math::floor(x); }
+  friend dual ceil(const dual& x) { return math::ceil(x); }
+  friend dual trunc(const dual& x) { return math::trunc(x); }
+  friend dual round(const dual& x) { return math::round(x); }
 };
 
 template <class T>
@@ -230,6 +235,22 @@ struct dual_math<dual<V>> {
     const V r = pow(x.v, y.v);
     return {r, r * (y.d * log(x.v) + y.v * x.d / x.v)};
   }
+  static D floor(const D& x) {
+    using std::floor;
+    return {floor(x.v), V(E(0))};
+  }
+  static D ceil(const D& x) {
+    using std::ceil;
+    return {ceil(x.v), V(E(0))};
+  }
+  static D trunc(const D& x) {
+    using std::trunc;
+    return {trunc(x.v), V(E(0))};
+  }
+  static D round(const D& x) {
+    using std::round;
+    return {round(x.v), V(E(0))};
+  }
   static D select(const auto& c, const D& a, const D& b) { return {pick(c, a.v, b.v), pick(c, a.d, b.d)}; }
   static D min(const D& a, const D& b) { return select(b.v < a.v, b, a); }
   static D max(const D& a, const D& b) { return select(a.v < b.v, b, a); }
@@ -270,6 +291,10 @@ template <class V> qkv::dual<V> min(const qkv::dual<V>& a, const qkv::dual<V>& b
 template <class V> qkv::dual<V> max(const qkv::dual<V>& a, const qkv::dual<V>& b) { return qkv_dual_math<V>::max(a, b); }
 template <class V> qkv::dual<V> fmin(const qkv::dual<V>& a, const qkv::dual<V>& b) { return qkv_dual_math<V>::min(a, b); }
 template <class V> qkv::dual<V> fmax(const qkv::dual<V>& a, const qkv::dual<V>& b) { return qkv_dual_math<V>::max(a, b); }
+template <class V> qkv::dual<V> floor(const qkv::dual<V>& x) { return qkv_dual_math<V>::floor(x); }
+template <class V> qkv::dual<V> ceil(const qkv::dual<V>& x) { return qkv_dual_math<V>::ceil(x); }
+template <class V> qkv::dual<V> trunc(const qkv::dual<V>& x) { return qkv_dual_math<V>::trunc(x); }
+template <class V> qkv::dual<V> round(const qkv::dual<V>& x) { return qkv_dual_math<V>::round(x); }
 template <class V> qkv::dual<V> fma(const qkv::dual<V>& a, const qkv::dual<V>& b, const qkv::dual<V>& c) { return a * b + c; }
 template <class T, class A>
 qkv::dual<batch<T, A>> select(const batch_bool<T, A>& c, const qkv::dual<batch<T, A>>& a, const qkv::dual<batch<T, A>>& b) {

@@ -1,0 +1,220 @@
+// The fused backward with an extension (kernels/attention_backward_with.hpp):
+// a score_mod, differentiated with dual numbers inside the kernel, and
+// predicates, which skip tiles as in the forward. Against the node-by-node
+// backward in double (which tests/gradient_extension_test.cpp holds to
+// central differences): the fused float error within a small factor of the
+// node-by-node float error; fused and node by node in double alike to
+// double's rounding; the same bits on 1, 2 and 3 threads; hidden NaN keys
+// that reach nothing; vjp keeping the forward.
+#include "reference.hpp"
+#include "support.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <qkv/kernels/attention_backward_with.hpp>
+#include <qkv/qkv.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+using namespace qkv;
+
+namespace {
+
+template <class T>
+using mat = matrix<T, dyn, dyn>;
+
+template <class T>
+mat<double> widened(const mat<T>& a) {
+  mat<double> r(a.rows(), a.cols());
+  for (std::size_t i = 0; i < a.rows(); ++i)
+    for (std::size_t j = 0; j < a.cols(); ++j) r(i, j) = a(i, j);
+  return r;
+}
+
+// The largest |a − ref| and |ref|.
+template <class T>
+std::pair<double, double> gap(const mat<T>& a, const mat<double>& ref) {
+  double worst = 0, scale = 0;
+  for (std::size_t i = 0; i < a.rows(); ++i)
+    for (std::size_t j = 0; j < a.cols(); ++j)
+      worst = std::fmax(worst, std::fabs(double(a(i, j)) - ref(i, j))), scale = std::fmax(scale, std::fabs(ref(i, j)));
+  return {worst, scale};
+}
+
+// A window of w keys up to the query's own position, with its block hint.
+struct window_pred {
+  std::size_t w;
+  bool operator()(std::size_t i, std::size_t j) const { return j <= i && i - j < w; }
+  bool any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const { return j0 < i1 && j1 + w > i0 + 1; }
+};
+
+// Row 2 sees nothing; key 3 is hidden from every row.
+struct holes_pred {
+  bool operator()(std::size_t i, std::size_t j) const { return i != 2 && j != 3 && (i + 2 * j) % 7 != 0; }
+};
+
+const auto cap = [](auto s, auto, auto) { using std::tanh; return 3 * tanh(s / 3); };
+const auto alibi = [](auto s, auto i, auto j) { return s - decltype(s)(0.125) * xsimd::abs(i - j); };
+
+struct best_t {};  // gradient without a strategy named
+
+// The four forms, as gradient(e, dO, wrt(Q, K, V), how) for T.
+template <class T, class How>
+auto grads(int form, const mat<T>& Q, const mat<T>& K, const mat<T>& V, const mat<T>& B, const mat<T>& dO, How how) {
+  const T c = T(1) / std::sqrt(T(Q.cols()));
+  const auto of = [&](const auto& e) {
+    if constexpr (std::is_same_v<How, best_t>) return gradient(e, dO, wrt(Q, K, V));
+    else return gradient(e, dO, wrt(Q, K, V), how);
+  };
+  switch (form) {
+    case 0: return of(softmax(causal(score_mod(Q * transpose(K) * c, cap))) * V);
+    case 1: return of(softmax(masked(score_mod(Q * transpose(K) * c, alibi), window_pred{9})) * V);
+    case 2: return of(softmax(masked(Q * transpose(K) * c, holes_pred{})) * V);
+    default: return of(softmax(causal(score_mod(Q * transpose(K) * c + B, cap))) * V);
+  }
+}
+
+const char* form_name(int form) {
+  switch (form) {
+    case 0: return "soft cap, causal";
+    case 1: return "ALiBi, a window predicate with its hint";
+    case 2: return "a predicate with an empty row and a hidden key";
+    default: return "soft cap around a bias, causal";
+  }
+}
+
+}  // namespace
+
+TEST_CASE("fused backward with a score_mod or a predicate: float error within a small factor of node by node's",
+          "[gradient][score_mod]") {
+  // Both compute the same quantities in float; the fused one recomputes the
+  // weights from the forward's row maximum and sum, which doubles the
+  // score errors' share (tests/gradient_reference.hpp), and sums in other
+  // orders: 4× the node-by-node error covers it, and 16u of the largest
+  // gradient where the node-by-node error happens to be near zero.
+  const double u = std::ldexp(1.0, -24);
+  const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>(
+      {{1, 1, 1, 1}, {7, 13, 5, 3}, {33, 70, 17, 9}, {70, 33, 64, 40}, {67, 130, 33, 17}, {140, 65, 16, 64}}));
+  ref::rng rng(static_cast<std::uint32_t>(n * 7 + m));
+  mat<float> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), B(n, m);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(B, -2, 2);
+  const mat<double> Qd = widened(Q), Kd = widened(K), Vd = widened(V), dOd = widened(dO), Bd = widened(B);
+  for (int form = 0; form < 4; ++form) {
+    INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << form_name(form));
+    const auto [fQ, fK, fV] = grads<float>(form, Q, K, V, B, dO, qkv::fused);
+    const auto [nQ, nK, nV] = grads<float>(form, Q, K, V, B, dO, naive);
+    const auto [rQ, rK, rV] = grads<double>(form, Qd, Kd, Vd, Bd, dOd, naive);
+    for (const auto& [f, nv, r] : {std::tie(fQ, nQ, rQ), std::tie(fK, nK, rK), std::tie(fV, nV, rV)}) {
+      const auto [fused_err, scale] = gap(f, r);
+      const auto [naive_err, unused] = gap(nv, r);
+      CHECK(fused_err <= 4 * naive_err + 16 * u * scale);
+    }
+    // The best strategy is the fused backward.
+    const auto [bQ, bK, bV] = grads<float>(form, Q, K, V, B, dO, best_t{});
+    CHECK(test::same_bits(bQ, fQ));
+    CHECK(test::same_bits(bK, fK));
+    CHECK(test::same_bits(bV, fV));
+  }
+}
+
+TEST_CASE("fused backward with a score_mod or a predicate, in double: node by node's to double's rounding",
+          "[gradient][score_mod]") {
+  const std::size_t n = 45, m = 77, dk = 12, dv = 7;
+  ref::rng rng(4);
+  mat<double> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), B(n, m);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(B, -2, 2);
+  for (int form = 0; form < 4; ++form) {
+    INFO(form_name(form));
+    const auto [fQ, fK, fV] = grads<double>(form, Q, K, V, B, dO, qkv::fused);
+    const auto [nQ, nK, nV] = grads<double>(form, Q, K, V, B, dO, naive);
+    // Gradients of order 1 from sums of at most 77 terms of order 1.
+    CHECK(gap(fQ, nQ).first < 1e-12);
+    CHECK(gap(fK, nK).first < 1e-12);
+    CHECK(gap(fV, nV).first < 1e-12);
+  }
+}
+
+TEST_CASE("fused backward with a predicate: a hidden key of NaN reaches nothing, an empty row passes back zeros",
+          "[gradient][score_mod]") {
+  const std::size_t n = 20, m = 30, d = 8;
+  ref::rng rng(6);
+  mat<float> Q(n, d), K(m, d), V(m, d), dO(n, d), B(n, m);
+  rng.fill(Q), rng.fill(K), rng.fill(V), rng.fill(dO);
+  for (std::size_t c = 0; c < d; ++c) K(3, c) = V(3, c) = std::numeric_limits<float>::quiet_NaN();
+  const auto [dQ, dK, dV] = grads<float>(2, Q, K, V, B, dO, qkv::fused);
+  bool finite = true;
+  for (std::size_t x = 0; x < n * d; ++x) finite = finite && std::isfinite(dQ.data()[x]);
+  for (std::size_t x = 0; x < m * d; ++x) finite = finite && std::isfinite(dK.data()[x]) && std::isfinite(dV.data()[x]);
+  CHECK(finite);
+  for (std::size_t c = 0; c < d; ++c) {
+    CHECK(dQ(2, c) == 0.0f);  // row 2 sees nothing
+    CHECK(dK(3, c) == 0.0f);  // key 3 is seen by none
+    CHECK(dV(3, c) == 0.0f);
+  }
+}
+
+TEST_CASE("fused backward with a score_mod: the same bits on 1, 2 and 3 threads", "[gradient][score_mod][threads]") {
+  test::threads_guard guard;
+  const std::size_t n = 200, m = 4000, d = 64;
+  // Enough keys for two key groups: the threads split the work in two passes.
+  using kernel = kernels::backward_with_functors<float, detail::fused_extension_t<decltype(softmax(causal(score_mod(
+                                                     std::declval<mat<float>&>() * transpose(std::declval<mat<float>&>()), cap))) *
+                                                 std::declval<mat<float>&>())>>::kernel;
+  REQUIRE(kernel::key_groups(m, d, d) >= 2);
+  ref::rng rng(9);
+  mat<float> Q(n, d), K(m, d), V(m, d), dO(n, d);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO);
+  const auto e = softmax(causal(score_mod(Q * transpose(K), cap))) * V;
+  set_threads(1);
+  const auto [dQ, dK, dV] = gradient(e, dO, wrt(Q, K, V), qkv::fused);
+  for (const std::size_t t : {2, 3}) {
+    set_threads(t);
+    const auto [dQt, dKt, dVt] = gradient(e, dO, wrt(Q, K, V), qkv::fused);
+    INFO(t << " threads");
+    CHECK(test::same_bits(dQt, dQ));
+    CHECK(test::same_bits(dKt, dK));
+    CHECK(test::same_bits(dVt, dV));
+  }
+}
+
+TEST_CASE("vjp of an attention with a score_mod keeps its forward: the pullback's bits are gradient's",
+          "[gradient][score_mod]") {
+  const std::size_t n = 50, m = 61, d = 16;
+  ref::rng rng(13);
+  mat<float> Q(n, d), K(m, d), V(m, d), dO(n, d);
+  rng.fill(Q), rng.fill(K), rng.fill(V), rng.fill(dO);
+  const auto e = softmax(masked(score_mod(Q * transpose(K) / 4.0f, alibi), window_pred{20})) * V;
+  const auto [O, back] = vjp(e);
+  CHECK(test::same_bits(O, eval(e)));
+  const auto [dQ, dK, dV] = gradient(e, dO, wrt(Q, K, V));
+  const auto [dQ2, dK2, dV2] = back(dO, wrt(Q, K, V));
+  CHECK(test::same_bits(dQ2, dQ));
+  CHECK(test::same_bits(dK2, dK));
+  CHECK(test::same_bits(dV2, dV));
+}
+
+TEST_CASE("fused backward with a score_mod on grouped-query tensors: each head's matrix gradients, summed in head order",
+          "[gradient][score_mod][tensor]") {
+  const std::size_t H = 4, n = 37, m = 45, d = 16;
+  ref::rng rng(17);
+  tensor<float, dyn, dyn, dyn> Q(H, n, d), K(2, m, d), V(2, m, d), dO(H, n, d);
+  test::fill(Q, rng, -2, 2), test::fill(K, rng, -2, 2), test::fill(V, rng), test::fill(dO, rng);
+  const auto [dQ, dK, dV] =
+      gradient(softmax(causal(score_mod(Q * transpose(K) / 4.0f, cap))) * V, dO, wrt(Q, K, V), qkv::fused);
+  mat<float> sK(m, d), sV(m, d);
+  for (std::size_t h = 0; h < H; ++h) {
+    const auto q = Q.matrix_at(h), k = K.matrix_at(h / 2), v = V.matrix_at(h / 2), o = dO.matrix_at(h);
+    const auto [gq, gk, gv] = gradient(softmax(causal(score_mod(q * transpose(k) / 4.0f, cap))) * v, o, wrt(q, k, v), qkv::fused);
+    INFO("head " << h);
+    CHECK(test::same_bits(gq, dQ.matrix_at(h)));
+    if (h % 2 == 0) sK = mat<float>(m, d), sV = mat<float>(m, d);
+    for (std::size_t j = 0; j < m; ++j)
+      for (std::size_t c = 0; c < d; ++c) sK(j, c) += gk(j, c), sV(j, c) += gv(j, c);
+    if (h % 2 == 1) {
+      CHECK(test::same_bits(sK, dK.matrix_at(h / 2)));
+      CHECK(test::same_bits(sV, dV.matrix_at(h / 2)));
+    }
+  }
+}
