@@ -5,8 +5,9 @@
 // dK = c·dSᵀ Q, each product a cblas_sgemm, every n×m matrix materialised.
 // GFLOP/s count 10·d per visible query-key pair for a backward (2.5 times the
 // forward's 4·d, FlashAttention-2's convention), whatever an implementation
-// recomputes. With a soft-capping score_mod too, whose backward runs in
-// this unit (qkv_gradient_bench_native: -march=native).
+// recomputes. With a soft-capping score_mod and a user similarity equal to
+// the dot product too, whose backward runs in this unit
+// (qkv_gradient_bench_native: -march=native).
 #include "bench_common.hpp"
 
 #include <qkv/kernels/api.hpp>
@@ -96,6 +97,27 @@ void soft_capped_backward(benchmark::State& state, const bench::config& c) {
   set_backward_counters(state, c);
 }
 
+// A similarity of the user's equal to the dot product, q·k term by term:
+// its backward's dQ and dK are sums of dS times the term's derivatives
+// (dual batches), not products. Against fused_backward: what a user term
+// costs over the built-in.
+void user_dot_backward(benchmark::State& state, const bench::config& c) {
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  const float scale = 1.0f / std::sqrt(float(c.d));
+  const auto dot = [](auto q, auto k) { return q * k; };
+  const auto run = [&](const auto& e) {
+    const auto [O, back] = qkv::vjp(e);
+    for (auto _ : state) {
+      auto g = back(in.dO, qkv::wrt(in.Q, in.K, in.V));
+      benchmark::DoNotOptimize(std::get<0>(g).data());
+    }
+  };
+  if (c.causal) run(softmax(causal(similarity(in.Q, in.K, dot)) * scale) * in.V);
+  else run(softmax(similarity(in.Q, in.K, dot) * scale) * in.V);
+  set_backward_counters(state, c);
+}
+
 #ifdef QKV_BENCH_OPENBLAS
 void openblas_backward(benchmark::State& state, const bench::config& c) {
   openblas_set_num_threads(1);
@@ -166,6 +188,7 @@ const int registered = [] {
   register_each("forward", forward);
   register_each("fused_backward", fused_backward);
   register_each("soft_capped_backward", soft_capped_backward);
+  register_each("user_dot_backward", user_dot_backward);
 #ifdef QKV_BENCH_OPENBLAS
   register_each("openblas_backward", openblas_backward);
 #endif

@@ -1,6 +1,7 @@
 // The fused backward with an extension (kernels/attention_backward_with.hpp):
-// a score_mod, differentiated with dual numbers inside the kernel, and
-// predicates, which skip tiles as in the forward. Against the node-by-node
+// a score_mod and similarity terms of the user's, differentiated with dual
+// numbers inside the kernel, and predicates, which skip tiles as in the
+// forward. Against the node-by-node
 // backward in double (which tests/gradient_extension_test.cpp holds to
 // central differences): the fused float error within a small factor of the
 // node-by-node float error; fused and node by node in double alike to
@@ -56,6 +57,8 @@ struct holes_pred {
 };
 
 const auto cap = [](auto s, auto, auto) { using std::tanh; return 3 * tanh(s / 3); };
+const auto neg_l1 = [](auto q, auto k) { return -xsimd::abs(q - k); };
+const auto weighted = [](auto q, auto k, std::size_t c) { using std::tanh; return decltype(q)(1 + 0.25 * double(c % 4)) * tanh(q) * k; };
 const auto alibi = [](auto s, auto i, auto j) { return s - decltype(s)(0.125) * xsimd::abs(i - j); };
 
 struct best_t {};  // gradient without a strategy named
@@ -72,7 +75,9 @@ auto grads(int form, const mat<T>& Q, const mat<T>& K, const mat<T>& V, const ma
     case 0: return of(softmax(causal(score_mod(Q * transpose(K) * c, cap))) * V);
     case 1: return of(softmax(masked(score_mod(Q * transpose(K) * c, alibi), window_pred{9})) * V);
     case 2: return of(softmax(masked(Q * transpose(K) * c, holes_pred{})) * V);
-    default: return of(softmax(causal(score_mod(Q * transpose(K) * c + B, cap))) * V);
+    case 3: return of(softmax(causal(score_mod(Q * transpose(K) * c + B, cap))) * V);
+    case 4: return of(softmax(causal(similarity(Q, K, neg_l1))) * V);
+    default: return of(softmax(masked(score_mod(similarity(Q, K, weighted) * c, cap), window_pred{9})) * V);
   }
 }
 
@@ -81,7 +86,9 @@ const char* form_name(int form) {
     case 0: return "soft cap, causal";
     case 1: return "ALiBi, a window predicate with its hint";
     case 2: return "a predicate with an empty row and a hidden key";
-    default: return "soft cap around a bias, causal";
+    case 3: return "soft cap around a bias, causal";
+    case 4: return "a user term, -|q - k|, causal";
+    default: return "a user term with its component index, soft-capped, a window predicate";
   }
 }
 
@@ -101,7 +108,7 @@ TEST_CASE("fused backward with a score_mod or a predicate: float error within a 
   mat<float> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), B(n, m);
   rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(B, -2, 2);
   const mat<double> Qd = widened(Q), Kd = widened(K), Vd = widened(V), dOd = widened(dO), Bd = widened(B);
-  for (int form = 0; form < 4; ++form) {
+  for (int form = 0; form < 6; ++form) {
     INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << form_name(form));
     const auto [fQ, fK, fV] = grads<float>(form, Q, K, V, B, dO, qkv::fused);
     const auto [nQ, nK, nV] = grads<float>(form, Q, K, V, B, dO, naive);
@@ -125,7 +132,7 @@ TEST_CASE("fused backward with a score_mod or a predicate, in double: node by no
   ref::rng rng(4);
   mat<double> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), B(n, m);
   rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(B, -2, 2);
-  for (int form = 0; form < 4; ++form) {
+  for (int form = 0; form < 6; ++form) {
     INFO(form_name(form));
     const auto [fQ, fK, fV] = grads<double>(form, Q, K, V, B, dO, qkv::fused);
     const auto [nQ, nK, nV] = grads<double>(form, Q, K, V, B, dO, naive);

@@ -31,30 +31,8 @@
 
 namespace qkv {
 
-// Whether f can be differentiated as a modifier (a similarity term) of
-// element type T: called on dual numbers and on duals of batches, it gives
-// duals.
-template <class F, class T>
-concept differentiable_modifier = requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v) {
-  { f(x, x, x) } -> std::convertible_to<dual<T>>;
-  { f(v, v, v) } -> std::convertible_to<dual<xsimd::batch<T>>>;
-};
-
-template <class F, class T>
-concept differentiable_term = requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v) {
-  { f(x, x) } -> std::convertible_to<dual<T>>;
-  { f(v, v) } -> std::convertible_to<dual<xsimd::batch<T>>>;
-} || requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v, std::size_t c) {
-  { f(x, x, c) } -> std::convertible_to<dual<T>>;
-  { f(v, v, c) } -> std::convertible_to<dual<xsimd::batch<T>>>;
-};
-
 namespace detail {
 
-template <class F>
-inline constexpr bool is_additive_v = false;
-template <class Wq, class Wk, class Wv>
-inline constexpr bool is_additive_v<additive_t<Wq, Wk, Wv>> = true;
 
 [[noreturn]] inline void functor_constant(const char* node) {
   throw std::invalid_argument(std::string("qkv: gradient(e, dO, wrt(X...)): an X is read by ") + node +

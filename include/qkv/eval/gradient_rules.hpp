@@ -24,16 +24,21 @@
 #include "../expr/mask.hpp"
 #include "../expr/product.hpp"
 #include "../expr/scaled.hpp"
+#include "../expr/score_mod.hpp"
+#include "../expr/similarity.hpp"
 #include "../expr/softmax.hpp"
 #include "../expr/transpose.hpp"
 #include "../shape/check.hpp"
+#include "../similarity/builtin.hpp"
 #include "../storage/matrix.hpp"
 #include "../kernels/api.hpp"
 #include "../kernels/attention_backward_with.hpp"
 #include "../storage/aligned_buffer.hpp"
+#include "../storage/dual.hpp"
 #include "eval.hpp"
 #include "strategy.hpp"
 
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <tuple>
@@ -41,6 +46,24 @@
 #include <utility>
 
 namespace qkv {
+
+// Whether f can be differentiated as a modifier (a similarity term) of
+// element type T: called on dual numbers and on duals of batches, it gives
+// duals.
+template <class F, class T>
+concept differentiable_modifier = requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v) {
+  { f(x, x, x) } -> std::convertible_to<dual<T>>;
+  { f(v, v, v) } -> std::convertible_to<dual<xsimd::batch<T>>>;
+};
+
+template <class F, class T>
+concept differentiable_term = requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v) {
+  { f(x, x) } -> std::convertible_to<dual<T>>;
+  { f(v, v) } -> std::convertible_to<dual<xsimd::batch<T>>>;
+} || requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v, std::size_t c) {
+  { f(x, x, c) } -> std::convertible_to<dual<T>>;
+  { f(v, v, c) } -> std::convertible_to<dual<xsimd::batch<T>>>;
+};
 
 // The leaves a gradient is taken with respect to: wrt(Q, K, V).
 template <class... X>
@@ -167,16 +190,32 @@ void backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T,
   product_backprop(e, g, acc);
 }
 
-// softmax(S) * V with a fused backward (attention_backward.hpp): the dot
-// product, scaled, biased by a constant, causal, masked by a matrix or a
-// predicate, one score_mod; on matrices of float or double (K and V of 2
-// bytes are read as float).
+template <class F>
+inline constexpr bool is_additive_v = false;
+template <class Wq, class Wk, class Wv>
+inline constexpr bool is_additive_v<additive_t<Wq, Wk, Wv>> = true;
+
+// softmax(S) * V with a fused backward (attention_backward.hpp): S the dot
+// product (bilinear and cosine are products too) or a similarity term of
+// the user's, scaled, biased by a constant, causal, masked by a matrix or a
+// predicate, one score_mod; the functors differentiable (dual numbers); on
+// matrices of float or double (K and V of 2 bytes are read as float).
+// neg_sq_l2 and additive go node by node: their norms and weights are not
+// in the kernel's sums.
 template <class E>
 inline constexpr bool has_fused_backward = [] {
   if constexpr (has_fused_form<E>) {
-    using scores = typename fused_form<E>::scores;
-    return score_chain<scores>::core_name == "dot" && static_rank_of<bare_t<E>>() == 2 &&
-           element<std::remove_const_t<value_type_t<E>>>;
+    using T = std::remove_const_t<value_type_t<E>>;
+    using chain = score_chain<typename fused_form<E>::scores>;
+    using term = typename chain::term_type;
+    using mod = typename chain::mod_type;
+    if constexpr (!element<T> || static_rank_of<bare_t<E>>() != 2) {
+      return false;
+    } else {
+      constexpr bool core = chain::core_name == "dot" ||
+                            (!std::is_same_v<term, none> && !is_additive_v<term> && differentiable_term<term, T>);
+      return core && (std::is_same_v<mod, none> || differentiable_modifier<mod, T>);
+    }
   } else {
     return false;
   }
@@ -204,11 +243,15 @@ const auto& score_core(const elementwise_expr<A, B, Op>& s) {
   if constexpr (bias_sides<A, B, Op>::left) return score_core(s.lhs());
   else return score_core(s.rhs());
 }
+template <class Q, class K, class F>
+const similarity_expr<Q, K, F>& score_core(const similarity_expr<Q, K, F>& s) { return s; }
 template <class S>
 const auto& score_core(const S& s) { return score_core(s.arg()); }
 
 template <class Q, class K, class W>
 bool bias_reads_any(const product_expr<Q, K>&, const W&) { return false; }
+template <class Q, class K, class F, class W>
+bool bias_reads_any(const similarity_expr<Q, K, F>& s, const W& w) { return functor_reads_any(s.function(), w); }
 template <class A, class B, elementwise_op Op, class W>
 bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
   if constexpr (bias_sides<A, B, Op>::left) return reads_any(s.rhs(), w) || bias_reads_any(s.lhs(), w);
@@ -255,8 +298,13 @@ template <class T, class E, class... X>
 void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix<T>& dk, const grad_matrix<T>& dv,
                          gradients<T, X...>& acc) {
   const auto& core = score_core(e.lhs().arg());
-  backprop_into(core.lhs(), [&] { return dq; }, acc);
-  backprop_into(core.rhs().arg(), [&] { return dk; }, acc);
+  if constexpr (is_similarity_v<bare_t<decltype(core)>>) {  // into f's queries(Q) and keys(K)
+    backprop_into(similarity_queries(core.function(), core.lhs()), [&] { return dq; }, acc);
+    backprop_into(similarity_keys(core.function(), core.rhs()), [&] { return dk; }, acc);
+  } else {
+    backprop_into(core.lhs(), [&] { return dq; }, acc);
+    backprop_into(core.rhs().arg(), [&] { return dk; }, acc);
+  }
   backprop_into(e.rhs(), [&] { return dv; }, acc);
 }
 

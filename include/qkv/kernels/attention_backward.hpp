@@ -34,6 +34,8 @@
 #include "online_softmax.hpp"
 #include "register_tile.hpp"
 #include "score_transform.hpp"
+#include "term_tile.hpp"
+#include "../storage/dual.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -48,6 +50,9 @@ struct attention_backward_kernel {
   using batch = typename tile::batch;
   using scores = score_transform<Arch, T, Ext>;
   using softmax = online_softmax<Arch, T>;
+  using traits = typename scores::traits;
+  using terms = term_tile<Arch, T, Ext>;
+  using D = dual<batch>;
   static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
   static constexpr std::size_t BQ = B.query_rows;                 // queries in a tile
   static constexpr std::size_t BK =                              // keys in a tile
@@ -69,7 +74,7 @@ struct attention_backward_kernel {
 
   // The shared buffer's parts, in order.
   struct parts {
-    std::size_t kt, vt, kp, qt, dot, delta, dkt, dvt, end;
+    std::size_t kt, vt, kp, kz, qt, dot, delta, dkt, dvt, end;
     std::size_t n_ld, m_ld;  // row strides of qt and dot, of dkt and dvt
   };
   static constexpr parts layout(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
@@ -78,7 +83,11 @@ struct attention_backward_kernel {
     x.kt = 0;
     x.vt = x.kt + aligned(up(m, NR) * dk);
     x.kp = x.vt + aligned(up(m, NR) * dv);
-    x.qt = x.kp + aligned(m * up(dk, NR));
+    // A user's term reads K as the score tile does (kt), and its
+    // derivatives a copy with the keys that are not finite zeroed (kz);
+    // the dot product reads kp instead.
+    x.kz = x.kp + (traits::has_term ? 0 : aligned(m * up(dk, NR)));
+    x.qt = x.kz + (traits::has_term ? aligned(up(m, NR) * dk) : 0);
     x.dot = x.qt + dk * x.n_ld;
     x.delta = x.dot + dv * x.n_ld;
     x.dkt = x.delta + aligned(n);
@@ -98,14 +107,22 @@ struct attention_backward_kernel {
     const parts x = layout(n, m, dk, dv);
     tile::pack_transposed(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared + x.kt);
     tile::pack_transposed(p.v.data, p.v.row_stride, p.v.col_stride, m, dv, shared + x.vt);
-    tile::pack(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared + x.kp);
+    if constexpr (traits::has_term) {
+      T* kz = shared + x.kz;
+      for (std::size_t e = 0; e < up(m, NR) * dk; ++e) kz[e] = shared[x.kt + e];
+      for (std::size_t j = 0; j < m; ++j)
+        if (!finite_row(p.k.ptr(j, 0), p.k.col_stride, dk))
+          for (std::size_t c = 0; c < dk; ++c) kz[j / NR * NR * dk + c * NR + j % NR] = T(0);
+    } else {
+      tile::pack(p.k.data, p.k.row_stride, p.k.col_stride, m, dk, shared + x.kp);
+      T* kp = shared + x.kp;
+      for (std::size_t j = 0; j < m; ++j)
+        if (!finite_row(p.k.ptr(j, 0), p.k.col_stride, dk))
+          for (std::size_t c = 0; c < dk; ++c) kp[c / NR * NR * m + j * NR + c % NR] = T(0);
+    }
     T* qt = shared + x.qt;
     T* dot = shared + x.dot;
     T* delta = shared + x.delta;
-    T* kp = shared + x.kp;
-    for (std::size_t j = 0; j < m; ++j)
-      if (!finite_row(p.k.ptr(j, 0), p.k.col_stride, dk))
-        for (std::size_t c = 0; c < dk; ++c) kp[c / NR * NR * m + j * NR + c % NR] = T(0);
     for (std::size_t i = 0; i < n; ++i) {
       const bool finite = finite_row(p.q.ptr(i, 0), 1, dk);
       for (std::size_t c = 0; c < dk; ++c) qt[c * x.n_ld + i] = finite ? p.q(i, c) : T(0);
@@ -218,7 +235,8 @@ struct attention_backward_kernel {
         do_rows[r] = g.d_out.ptr(i, 0);
       }
       for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
-        tile::template run<1>(dk, q_rows, shared + x.kt + (j0 + jr) * dk, s + ir * BK + jr, BK, MR, NR, false);
+        if constexpr (traits::has_term) terms::run(ext, dk, q_rows, shared + x.kt + (j0 + jr) * dk, s + ir * BK + jr, BK, NR);
+        else tile::template run<1>(dk, q_rows, shared + x.kt + (j0 + jr) * dk, s + ir * BK + jr, BK, MR, NR, false);
         tile::template run<1>(dv, do_rows, shared + x.vt + (j0 + jr) * dv, ds + ir * BK + jr, BK, MR, NR, false);
       }
     }
@@ -226,15 +244,15 @@ struct attention_backward_kernel {
     const T* delta = shared + x.delta;
     const batch zero(T(0)), va(p.scale);
     // With a modifier f: dS = a · f′ · P ∘ (dP − D), f′ at each score.
-    alignas(64) T slope[scores::traits::modifies ? BK : 1];
+    alignas(64) T slope[traits::modifies ? BK : 1];
     for (std::size_t r = 0; r < br; ++r) {
       T* u = s + r * BK;
       T* d = ds + r * BK;
       const std::size_t count = keys[r / MR], counted = up(count, W);
       for (std::size_t j = counted; j < bcp; ++j) u[j] = d[j] = T(0);
       if (count == 0) continue;
-      const T a = scores::template apply<scores::traits::modifies>(p, i0 + r, j0, count, u, ext, slope);
-      if constexpr (scores::traits::modifies)
+      const T a = scores::template apply<traits::modifies>(p, i0 + r, j0, count, u, ext, slope);
+      if constexpr (traits::modifies)
         for (std::size_t j = count; j < counted; ++j) slope[j] = T(0);
       for (std::size_t j = count; j < counted; ++j) u[j] = softmax::neg_inf;
       // P = exp(s − m) / l, as the forward weighs; a row that sees nothing
@@ -245,7 +263,7 @@ struct attention_backward_kernel {
       for (std::size_t j = 0; j < counted; j += W) {
         const batch w = softmax::exp(xsimd::fms(vra, batch::load_aligned(u + j), vm)) * vinv;
         batch dsj = va * w * (batch::load_aligned(d + j) - vd);
-        if constexpr (scores::traits::modifies) dsj = dsj * batch::load_aligned(slope + j);
+        if constexpr (traits::modifies) dsj = dsj * batch::load_aligned(slope + j);
         w.store_aligned(u + j);
         xsimd::select(w == zero, zero, dsj).store_aligned(d + j);
       }
@@ -253,11 +271,17 @@ struct attention_backward_kernel {
     if (with_dkdv) {
       // dVᵀ += dOᵀ P and dKᵀ += Qᵀ dS, both sums over the tile's queries.
       tile::pack(s, BK, 1, br, bc, pp);
-      tile::pack(ds, BK, 1, br, bc, dsp);
       sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc);
-      sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc);
+      if constexpr (traits::has_term) {
+        term_keys(shared, x, i0, br, first, ds, j0, bc, dk, ext);
+      } else {
+        tile::pack(ds, BK, 1, br, bc, dsp);
+        sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc);
+      }
     }
-    if (with_dq) {
+    if constexpr (traits::has_term) {
+      if (with_dq) term_queries(g, shared, x, i0, br, keys, ds, j0, dk, ext);
+    } else if (with_dq) {
       // dQ += dS K, a sum over the tile's keys.
       for (std::size_t ir = 0; ir < br; ir += MR) {
         if (keys[ir / MR] == 0) continue;
@@ -268,6 +292,60 @@ struct attention_backward_kernel {
           tile::template run<1>(keys[ir / MR], rows, shared + x.kp + c * m + j0 * NR, out, g.dq.row_stride, min(MR, br - ir),
                                 min(NR, dk - c), true);
         }
+      }
+    }
+  }
+
+  // A user's term f: dKᵀ_cj += Σ_i dS_ij ∂f/∂k(q_ic, k_jc, c), W keys at a
+  // time as the score tile takes them, the derivative from f on dual batches.
+  static void term_keys(T* shared, const parts& x, std::size_t i0, std::size_t br, const std::size_t* first,
+                        const T* ds, std::size_t j0, std::size_t bc, std::size_t dk, const Ext& ext) {
+    const batch one(T(1));
+    const T* qt = shared + x.qt;
+    for (std::size_t jr = 0; jr < bc; jr += NR) {
+      const std::size_t r0 = first[jr / NR];
+      if (r0 == br) continue;
+      const T* panel = shared + x.kz + (j0 + jr) * dk;
+      for (std::size_t c = 0; c < dk; ++c) {
+        const D k0(batch::load_aligned(panel + c * NR), one), k1(batch::load_aligned(panel + c * NR + W), one);
+        T* out = shared + x.dkt + c * x.m_ld + j0 + jr;
+        batch a0 = batch::load_unaligned(out), a1 = batch::load_unaligned(out + W);
+        for (std::size_t r = r0; r < br; ++r) {
+          const D q(batch(qt[c * x.n_ld + i0 + r]));
+          const T* d = ds + r * BK + jr;
+          a0 = xsimd::fma(batch::load_aligned(d), D(ext.term(q, k0, c)).d, a0);
+          a1 = xsimd::fma(batch::load_aligned(d + W), D(ext.term(q, k1, c)).d, a1);
+        }
+        a0.store_unaligned(out);
+        a1.store_unaligned(out + W);
+      }
+    }
+  }
+
+  // dQ_ic += Σ_j dS_ij ∂f/∂q(q_ic, k_jc, c): a strip of MR rows sharing each
+  // load of the keys, each row's sum reduced once per component.
+  static void term_queries(const attention_gradient<T>& g, const T* shared, const parts& x, std::size_t i0,
+                           std::size_t br, const std::size_t* keys, const T* ds, std::size_t j0, std::size_t dk,
+                           const Ext& ext) {
+    const batch one(T(1));
+    const T* qt = shared + x.qt;
+    for (std::size_t ir = 0; ir < br; ir += MR) {
+      const std::size_t count = keys[ir / MR], rows = min(MR, br - ir);
+      if (count == 0) continue;
+      for (std::size_t c = 0; c < dk; ++c) {
+        batch acc[MR];
+        D q[MR];
+        for (std::size_t r = 0; r < rows; ++r) acc[r] = batch(T(0)), q[r] = D(batch(qt[c * x.n_ld + i0 + ir + r]), one);
+        for (std::size_t jr = 0; jr < count; jr += NR) {
+          const T* panel = shared + x.kz + (j0 + jr) * dk + c * NR;
+          const D k0(batch::load_aligned(panel)), k1(batch::load_aligned(panel + W));
+          for (std::size_t r = 0; r < rows; ++r) {
+            const T* d = ds + (ir + r) * BK + jr;
+            acc[r] = xsimd::fma(batch::load_aligned(d), D(ext.term(q[r], k0, c)).d, acc[r]);
+            acc[r] = xsimd::fma(batch::load_aligned(d + W), D(ext.term(q[r], k1, c)).d, acc[r]);
+          }
+        }
+        for (std::size_t r = 0; r < rows; ++r) g.dq(i0 + ir + r, c) += xsimd::hadd(acc[r]);
       }
     }
   }
