@@ -20,7 +20,9 @@
 // With a score modifier f (an extension, instantiated in the user's unit by
 // attention_backward_with.hpp), dS is multiplied by f′ at each score, which
 // the modifier gives when called on dual numbers; a predicate masks and
-// skips tiles as in the forward.
+// skips tiles as in the forward. With a similarity term t, the scores come
+// from the term tile, and dK and dQ are sums of dS times t's partial
+// derivatives (term_keys, term_queries) instead of products.
 //
 // A weight of 0 (a masked key, a row that sees nothing) gives dS = 0
 // exactly, and must not read what it weighs: a key or query row that is not
