@@ -147,3 +147,21 @@ TEST_CASE("gradients on tensors: float queries over a bf16 cache, the cache's gr
     rounded = rounded && float(dK.data()[k]) == float(bf16(fK.data()[k])) && float(dV.data()[k]) == float(bf16(fV.data()[k]));
   CHECK(rounded);
 }
+
+TEST_CASE("gradients on tensors of bf16 alone: the float gradients of the same values, rounded once",
+          "[gradient][tensor][half]") {
+  ref::rng rng(22);
+  tensor<bf16, dyn, dyn, dyn> Q(4, 20, 8), dO(4, 20, 8), K(2, 30, 8), V(2, 30, 8);
+  tensor<float, dyn, dyn, dyn> Qf(4, 20, 8), dOf(4, 20, 8), Kf(2, 30, 8), Vf(2, 30, 8);
+  test::fill(Q, rng), test::fill(dO, rng), test::fill(K, rng), test::fill(V, rng);
+  for (std::size_t k = 0; k < Q.size(); ++k) Qf.data()[k] = float(Q.data()[k]), dOf.data()[k] = float(dO.data()[k]);
+  for (std::size_t k = 0; k < K.size(); ++k) Kf.data()[k] = float(K.data()[k]), Vf.data()[k] = float(V.data()[k]);
+  const auto [dQ, dK, dV] = gradient(softmax(causal(Q * transpose(K)) / 3.0f) * V, dO, wrt(Q, K, V));
+  const auto [fQ, fK, fV] = gradient(softmax(causal(Qf * transpose(Kf)) / 3.0f) * Vf, dOf, wrt(Qf, Kf, Vf));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dQ)>, tensor<bf16, dyn, dyn, dyn>>);
+  bool rounded = true;
+  for (std::size_t k = 0; k < dQ.size(); ++k) rounded = rounded && dQ.data()[k].bits() == bf16(fQ.data()[k]).bits();
+  for (std::size_t k = 0; k < dK.size(); ++k)
+    rounded = rounded && dK.data()[k].bits() == bf16(fK.data()[k]).bits() && dV.data()[k].bits() == bf16(fV.data()[k]).bits();
+  CHECK(rounded);
+}

@@ -207,3 +207,46 @@ TEST_CASE("gradient: float queries over a bf16 cache give the float gradients, r
       rounded = rounded && dK(i, j).bits() == bf16(dKf(i, j)).bits() && dV(i, j).bits() == bf16(dVf(i, j)).bits();
   CHECK(rounded);
 }
+
+TEMPLATE_TEST_CASE("gradient: expressions on bf16 or f16 alone are the float gradients of the same values, rounded once",
+                   "[gradient][half]", bf16, f16) {
+  using H = TestType;
+  const std::size_t n = 19, m = 26, d = 8;
+  ref::rng rng(14);
+  matrix<H, dyn, dyn> Q(n, d), K(m, d), V(m, d), dO(n, d);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO);
+  const auto widened = [](const matrix<H, dyn, dyn>& a) {
+    matrix<float, dyn, dyn> r(a.rows(), a.cols());
+    for (std::size_t i = 0; i < a.rows(); ++i)
+      for (std::size_t j = 0; j < a.cols(); ++j) r(i, j) = float(a(i, j));
+    return r;
+  };
+  const auto Qf = widened(Q), Kf = widened(K), Vf = widened(V), dOf = widened(dO);
+  const auto cap = [](auto s, auto, auto) { using std::tanh; return 4.0f * tanh(s / 4.0f); };
+  const auto rounded = [](const matrix<H, dyn, dyn>& g, const matrix<float, dyn, dyn>& f) {
+    bool same = true;
+    for (std::size_t i = 0; i < g.rows(); ++i)
+      for (std::size_t j = 0; j < g.cols(); ++j) same = same && g(i, j).bits() == H(f(i, j)).bits();
+    return same;
+  };
+  const auto e = softmax(causal(score_mod(Q * transpose(K) / 3.0f, cap))) * V;
+  const auto ef = softmax(causal(score_mod(Qf * transpose(Kf) / 3.0f, cap))) * Vf;
+  const auto [dQ, dK, dV] = gradient(e, dO, wrt(Q, K, V));
+  const auto [fQ, fK, fV] = gradient(ef, dOf, wrt(Qf, Kf, Vf));
+  static_assert(std::is_same_v<std::remove_cvref_t<decltype(dQ)>, matrix<H, dyn, dyn>>);
+  CHECK(rounded(dQ, fQ));
+  CHECK(rounded(dK, fK));
+  CHECK(rounded(dV, fV));
+  const auto [nQ, nK, nV] = gradient(e, dO, wrt(Q, K, V), naive);
+  const auto [gQ, gK, gV] = gradient(ef, dOf, wrt(Qf, Kf, Vf), naive);
+  CHECK(rounded(nQ, gQ));
+  CHECK(rounded(nK, gK));
+  CHECK(rounded(nV, gV));
+  // vjp's value is eval(e), bit for bit, and its pullback gradient's.
+  const auto [O, back] = vjp(e);
+  CHECK(test::same_bits(O, eval(e)));
+  const auto [bQ, bK, bV] = back(dO, wrt(Q, K, V));
+  CHECK(test::same_bits(bQ, dQ));
+  CHECK(test::same_bits(bK, dK));
+  CHECK(test::same_bits(bV, dV));
+}

@@ -8,11 +8,10 @@
 // attention with a fused backward gives all its indices to the kernels at
 // once.
 //
-// Built so far: float and double matrices and tensors (float queries over a
-// 2-byte K and V too, their gradients rounded once to it), with the nodes
-// of gradient_rules.hpp and gradient_extensions.hpp. All-2-byte expressions
-// are not built yet; asking for them is a `qkv:` compile error, never a
-// wrong answer.
+// Float and double matrices and tensors, with the nodes of gradient_rules.hpp
+// and gradient_extensions.hpp; expressions on bf16 or f16 (alone, or float
+// queries over a 2-byte K and V) are differentiated in float, on float
+// copies of their leaves, and each gradient rounded once to its leaf's type.
 #pragma once
 
 #include "../kernels/api.hpp"
@@ -230,14 +229,13 @@ auto batched_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, bool fus
 
 template <class E, class D, class... X>
 auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse,
-                 const forward_kept<std::remove_const_t<value_type_t<E>>>* kept = nullptr) {
-  using T = std::remove_const_t<value_type_t<E>>;
+                 const forward_kept<compute_t<std::remove_const_t<value_type_t<E>>>>* kept = nullptr) {
+  using T = compute_t<std::remove_const_t<value_type_t<E>>>;  // bf16 and f16 expressions: in float
   constexpr std::size_t rank = static_rank_of<bare_t<E>>();
   constexpr bool same_extents = static_rank_of<bare_t<D>>() == rank &&
                                 static_extents_agree<bare_t<E>::static_rows, bare_t<D>::static_rows> &&
                                 static_extents_agree<bare_t<E>::static_cols, bare_t<D>::static_cols>;
   constexpr bool matrices = rank > 2 || (leaf<bare_t<X>> && ...);
-  static_assert(element<T>, "qkv: gradient(e, dO, wrt(X...)): the backward of bf16 and f16 expressions is not built yet");
   static_assert(same_extents, "qkv: gradient(e, dO, wrt(X...)): the extents of dO differ from the extents of e");
   static_assert(!(same_extents && element<T>) || matrices,
                 "qkv: gradient(e, dO, wrt(X...)): e is a matrix expression, and an X is a tensor");
@@ -296,7 +294,7 @@ auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, fused_t) {
 template <class E>
 struct pullback {
   E e;
-  std::optional<detail::forward_kept<compute_t<value_type_t<E>>>> kept;
+  std::optional<detail::forward_kept<compute_t<std::remove_const_t<value_type_t<E>>>>> kept;
   template <class D, class... X>
   auto operator()(const D& d_out, const wrt_t<X...>& w) const {
     if constexpr (detail::has_fused_backward<E>)
@@ -308,7 +306,7 @@ struct pullback {
 template <expression E>
 auto vjp(const E& e) {
   if constexpr (detail::has_fused_backward<E>) {
-    using T = compute_t<value_type_t<E>>;
+    using T = compute_t<std::remove_const_t<value_type_t<E>>>;
     pullback<E> back{e, detail::forward_kept<T>{}};
     detail::forward_kept<T>& k = *back.kept;
     k.out = detail::grad_matrix<T>(e.rows(), e.cols());
@@ -316,10 +314,17 @@ auto vjp(const E& e) {
     detail::fused_operands<T, T> keep;
     detail::fused_extension_t<E> ext;
     detail::fused_forward(e, detail::view_of<T>(k.out), k.row_stats.data(), keep, ext);
-    result_t<E> out(e.rows(), e.cols());
-    for (std::size_t i = 0; i < e.rows(); ++i)
-      for (std::size_t j = 0; j < e.cols(); ++j) out(i, j) = k.out(i, j);
-    return std::pair<result_t<E>, pullback<E>>{std::move(out), std::move(back)};
+    if constexpr (half_element<std::remove_const_t<value_type_t<E>>>) {
+      // The backward's forward runs in float on float copies; eval(e) may
+      // run the 2-byte kernel (bf16 weights on AVX512-BF16), whose bits the
+      // value must be.
+      return std::pair<result_t<E>, pullback<E>>{eval(e), std::move(back)};
+    } else {
+      result_t<E> out(e.rows(), e.cols());
+      for (std::size_t i = 0; i < e.rows(); ++i)
+        for (std::size_t j = 0; j < e.cols(); ++j) out(i, j) = k.out(i, j);
+      return std::pair<result_t<E>, pullback<E>>{std::move(out), std::move(back)};
+    }
   } else {
     return std::pair<result_t<E>, pullback<E>>{eval(e), pullback<E>{e, {}}};
   }

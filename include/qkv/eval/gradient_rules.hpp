@@ -199,13 +199,13 @@ inline constexpr bool is_additive_v<additive_t<Wq, Wk, Wv>> = true;
 // product (bilinear and cosine are products too) or a similarity term of
 // the user's, scaled, biased by a constant, causal, masked by a matrix or a
 // predicate, one score_mod; the functors differentiable (dual numbers); on
-// matrices of float or double (K and V of 2 bytes are read as float).
+// matrices (2-byte operands are read as float copies).
 // neg_sq_l2 and additive go node by node: their norms and weights are not
 // in the kernel's sums.
 template <class E>
 inline constexpr bool has_fused_backward = [] {
   if constexpr (has_fused_form<E>) {
-    using T = std::remove_const_t<value_type_t<E>>;
+    using T = compute_t<std::remove_const_t<value_type_t<E>>>;
     using chain = score_chain<typename fused_form<E>::scores>;
     using term = typename chain::term_type;
     using mod = typename chain::mod_type;
