@@ -1,7 +1,7 @@
 // The fused backward with an extension (kernels/attention_backward_with.hpp):
-// a score_mod and similarity terms of the user's, differentiated with dual
-// numbers inside the kernel, and predicates, which skip tiles as in the
-// forward. Against the node-by-node
+// a score_mod and similarity terms of the user's (and additive's),
+// differentiated with dual numbers inside the kernel, neg_sq_l2 with its
+// norms, and predicates, which skip tiles as in the forward. Against the node-by-node
 // backward in double (which tests/gradient_extension_test.cpp holds to
 // central differences): the fused float error within a small factor of the
 // node-by-node float error; fused and node by node in double alike to
@@ -63,6 +63,14 @@ const auto alibi = [](auto s, auto i, auto j) { return s - decltype(s)(0.125) * 
 
 struct best_t {};  // gradient without a strategy named
 
+// Fixed weights for additive(Wq, Wk, w).
+template <class T>
+mat<T> weights(std::size_t r, std::size_t c, std::uint32_t seed) {
+  mat<T> w(r, c);
+  ref::rng(seed).fill(w, -1, 1);
+  return w;
+}
+
 // The four forms, as gradient(e, dO, wrt(Q, K, V), how) for T.
 template <class T, class How>
 auto grads(int form, const mat<T>& Q, const mat<T>& K, const mat<T>& V, const mat<T>& B, const mat<T>& dO, How how) {
@@ -77,7 +85,13 @@ auto grads(int form, const mat<T>& Q, const mat<T>& K, const mat<T>& V, const ma
     case 2: return of(softmax(masked(Q * transpose(K) * c, holes_pred{})) * V);
     case 3: return of(softmax(causal(score_mod(Q * transpose(K) * c + B, cap))) * V);
     case 4: return of(softmax(causal(similarity(Q, K, neg_l1))) * V);
-    default: return of(softmax(masked(score_mod(similarity(Q, K, weighted) * c, cap), window_pred{9})) * V);
+    case 5: return of(softmax(masked(score_mod(similarity(Q, K, weighted) * c, cap), window_pred{9})) * V);
+    case 6: return of(softmax(causal(similarity(Q, K, neg_sq_l2) * c)) * V);
+    case 7: return of(softmax(causal(score_mod(similarity(Q, K, neg_sq_l2) * c, cap))) * V);
+    default: {
+      const mat<T> Wq = weights<T>(Q.cols(), 5, 1), Wk = weights<T>(K.cols(), 5, 2), w = weights<T>(1, 5, 3);
+      return of(softmax(masked(similarity(Q, K, additive(Wq, Wk, w)), holes_pred{})) * V);
+    }
   }
 }
 
@@ -88,7 +102,10 @@ const char* form_name(int form) {
     case 2: return "a predicate with an empty row and a hidden key";
     case 3: return "soft cap around a bias, causal";
     case 4: return "a user term, -|q - k|, causal";
-    default: return "a user term with its component index, soft-capped, a window predicate";
+    case 5: return "a user term with its component index, soft-capped, a window predicate";
+    case 6: return "neg_sq_l2, causal (the keys' norms)";
+    case 7: return "neg_sq_l2 soft-capped, causal (the queries' norms too)";
+    default: return "additive, a predicate";
   }
 }
 
@@ -108,7 +125,7 @@ TEST_CASE("fused backward with a score_mod or a predicate: float error within a 
   mat<float> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), B(n, m);
   rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(B, -2, 2);
   const mat<double> Qd = widened(Q), Kd = widened(K), Vd = widened(V), dOd = widened(dO), Bd = widened(B);
-  for (int form = 0; form < 6; ++form) {
+  for (int form = 0; form < 9; ++form) {
     INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << form_name(form));
     const auto [fQ, fK, fV] = grads<float>(form, Q, K, V, B, dO, qkv::fused);
     const auto [nQ, nK, nV] = grads<float>(form, Q, K, V, B, dO, naive);
@@ -132,7 +149,7 @@ TEST_CASE("fused backward with a score_mod or a predicate, in double: node by no
   ref::rng rng(4);
   mat<double> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), B(n, m);
   rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(B, -2, 2);
-  for (int form = 0; form < 6; ++form) {
+  for (int form = 0; form < 9; ++form) {
     INFO(form_name(form));
     const auto [fQ, fK, fV] = grads<double>(form, Q, K, V, B, dO, qkv::fused);
     const auto [nQ, nK, nV] = grads<double>(form, Q, K, V, B, dO, naive);

@@ -186,7 +186,17 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     grads.push_back({view_of<const T>(d_o[x]), view_of<const T>(forward[x].out), forward[x].row_stats.data(),
                      view_of<T>(dq[x]), view_of<T>(dk[x]), view_of<T>(dv[x])});
   }
+  std::vector<norm_sums<T>> norms(has_norm_sums<P> ? count : 0);
+  if constexpr (has_norm_sums<P>)
+    for (std::size_t x = 0; x < count; ++x) {
+      norms[x].widen(problems[x]);
+      dq[x] = grad_matrix<T>(problems[x].q.rows, problems[x].q.cols);
+      dk[x] = grad_matrix<T>(problems[x].k.rows, problems[x].q.cols);
+      grads[x].dq = view_of<T>(dq[x]), grads[x].dk = view_of<T>(dk[x]);
+    }
   run_backward(problems.data(), grads.data(), count, ext);
+  if constexpr (has_norm_sums<P>)
+    for (std::size_t x = 0; x < count; ++x) norms[x].fold(problems[x], dq[x], dk[x]);
   for (std::size_t x = 0; x < count; ++x) {
     const auto targets = targets_at(at[x]);
     const auto sliced = std::apply([](const auto&... t) { return wrt_t<bare_t<decltype(t)>...>{std::tie(t...)}; }, targets);

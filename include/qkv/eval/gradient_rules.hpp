@@ -199,9 +199,9 @@ inline constexpr bool is_additive_v<additive_t<Wq, Wk, Wv>> = true;
 // product (bilinear and cosine are products too) or a similarity term of
 // the user's, scaled, biased by a constant, causal, masked by a matrix or a
 // predicate, one score_mod; the functors differentiable (dual numbers); on
-// matrices (2-byte operands are read as float copies).
-// neg_sq_l2 and additive go node by node: their norms and weights are not
-// in the kernel's sums.
+// matrices (2-byte operands are read as float copies). additive goes node
+// by node where its w is differentiated (norm_sums below does neg_sq_l2's
+// norms).
 template <class E>
 inline constexpr bool has_fused_backward = [] {
   if constexpr (has_fused_form<E>) {
@@ -212,8 +212,8 @@ inline constexpr bool has_fused_backward = [] {
     if constexpr (!element<T> || static_rank_of<bare_t<E>>() != 2) {
       return false;
     } else {
-      constexpr bool core = chain::core_name == "dot" ||
-                            (!std::is_same_v<term, none> && !is_additive_v<term> && differentiable_term<term, T>);
+      constexpr bool core = chain::core_name == "dot" || chain::core_name == "neg_sq_l2" ||
+                            (!std::is_same_v<term, none> && differentiable_term<term, T>);
       return core && (std::is_same_v<mod, none> || differentiable_modifier<mod, T>);
     }
   } else {
@@ -245,13 +245,21 @@ const auto& score_core(const elementwise_expr<A, B, Op>& s) {
 }
 template <class Q, class K, class F>
 const similarity_expr<Q, K, F>& score_core(const similarity_expr<Q, K, F>& s) { return s; }
+template <class Q, class K>
+const neg_sq_l2_expr<Q, K>& score_core(const neg_sq_l2_expr<Q, K>& s) { return s; }
 template <class S>
 const auto& score_core(const S& s) { return score_core(s.arg()); }
 
 template <class Q, class K, class W>
 bool bias_reads_any(const product_expr<Q, K>&, const W&) { return false; }
+template <class Q, class K, class W>
+bool bias_reads_any(const neg_sq_l2_expr<Q, K>&, const W&) { return false; }
 template <class Q, class K, class F, class W>
-bool bias_reads_any(const similarity_expr<Q, K, F>& s, const W& w) { return functor_reads_any(s.function(), w); }
+bool bias_reads_any(const similarity_expr<Q, K, F>& s, const W& w) {
+  // additive's w: its gradient Σ_ij G_ij tanh(a_ic + b_jc) needs G whole.
+  if constexpr (is_additive_v<F>) return reads_any(std::get<2>(s.function().operands()), w);
+  else return functor_reads_any(s.function(), w);
+}
 template <class A, class B, elementwise_op Op, class W>
 bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
   if constexpr (bias_sides<A, B, Op>::left) return reads_any(s.rhs(), w) || bias_reads_any(s.lhs(), w);
@@ -271,6 +279,57 @@ void run_backward(const kernels::attention_problem<T>* problems, const kernels::
   if constexpr (Ext::empty) kernels::attention_backward(problems, g, count);
   else kernels::attention_backward_with(problems, g, count, ext);
 }
+
+// neg_sq_l2's norms in the fused backward. Its scores are a·q·k plus the
+// keys' −‖k‖² (col_scale) and, with a modifier, the queries' −‖q‖²
+// (row_scale); the kernel's sums give the products' share of dQ and dK, and
+// the norms' share needs each key's Σ_i G_ij and each query's Σ_j G_ij (G
+// the gradient reaching the scores). Two columns appended to Q and K give
+// them: Q gains (1/a, 0) and K (0, 1/a), which changes no score (the
+// products add two zeros last), and dK's column dk is then Σ_i G_ij, dQ's
+// column dk + 1 Σ_j G_ij.
+template <class T>
+struct norm_sums {
+  aligned_buffer<T> q, k;
+  std::size_t dk = 0;
+
+  void widen(kernels::attention_problem<T>& p) {
+    const std::size_t n = p.q.rows, m = p.k.rows, w = p.q.cols + 2;
+    dk = p.q.cols;
+    const T inv = T(1) / p.scale;
+    q = aligned_buffer<T>(n * w, aligned_buffer<T>::uninitialized);
+    k = aligned_buffer<T>(m * w, aligned_buffer<T>::uninitialized);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t c = 0; c < dk; ++c) q.data()[i * w + c] = p.q(i, c);
+      q.data()[i * w + dk] = inv, q.data()[i * w + dk + 1] = T(0);
+    }
+    for (std::size_t j = 0; j < m; ++j) {
+      for (std::size_t c = 0; c < dk; ++c) k.data()[j * w + c] = p.k(j, c);
+      k.data()[j * w + dk] = T(0), k.data()[j * w + dk + 1] = inv;
+    }
+    p.q = dense<const T>(q.data(), n, w, w);
+    p.k = dense<const T>(k.data(), m, w, w);
+  }
+
+  // dq and dk of the widened problem p → those of Q and K.
+  void fold(const kernels::attention_problem<T>& p, grad_matrix<T>& dq, grad_matrix<T>& dk_) const {
+    const std::size_t n = p.q.rows, m = p.k.rows;
+    const bool rows = p.row_bias.data != nullptr;
+    grad_matrix<T> fq(n, dk), fk(m, dk);
+    for (std::size_t i = 0; i < n; ++i) {
+      const T g = rows ? dq(i, dk + 1) : T(0);  // a row that sees nothing: 0, whatever q holds
+      for (std::size_t c = 0; c < dk; ++c) fq(i, c) = g == T(0) ? dq(i, c) : dq(i, c) - T(2) * p.row_scale * g * p.q(i, c);
+    }
+    for (std::size_t j = 0; j < m; ++j) {
+      const T g = dk_(j, dk);
+      for (std::size_t c = 0; c < dk; ++c) fk(j, c) = g == T(0) ? dk_(j, c) : dk_(j, c) - T(2) * p.col_scale * g * p.k(j, c);
+    }
+    dq = std::move(fq), dk_ = std::move(fk);
+  }
+};
+
+template <class E>
+inline constexpr bool has_norm_sums = score_chain<typename fused_form<E>::scores>::core_name == "neg_sq_l2";
 
 // e's fused forward into out, keeping each row's maximum and sum in stats
 // (2n values); the problem it ran, whose operands live in keep.
@@ -301,6 +360,9 @@ void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix
   if constexpr (is_similarity_v<bare_t<decltype(core)>>) {  // into f's queries(Q) and keys(K)
     backprop_into(similarity_queries(core.function(), core.lhs()), [&] { return dq; }, acc);
     backprop_into(similarity_keys(core.function(), core.rhs()), [&] { return dk; }, acc);
+  } else if constexpr (is_neg_sq_l2_v<bare_t<decltype(core)>>) {
+    backprop_into(core.lhs(), [&] { return dq; }, acc);
+    backprop_into(core.rhs(), [&] { return dk; }, acc);
   } else {
     backprop_into(core.lhs(), [&] { return dq; }, acc);
     backprop_into(core.rhs().arg(), [&] { return dk; }, acc);
@@ -325,13 +387,16 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
     here.row_stats = aligned_buffer<T>(2 * e.rows(), aligned_buffer<T>::uninitialized);
   }
   const forward_kept<T>& f = kept != nullptr ? *kept : here;
-  const auto problem = kept != nullptr ? attention_problem_of<best_policy, E, T>(e, view_of<T>(here.out), keep, ext)
-                                       : fused_forward(e, view_of<T>(here.out), here.row_stats.data(), keep, ext);
+  auto problem = kept != nullptr ? attention_problem_of<best_policy, E, T>(e, view_of<T>(here.out), keep, ext)
+                                 : fused_forward(e, view_of<T>(here.out), here.row_stats.data(), keep, ext);
+  norm_sums<T> norms;
+  if constexpr (has_norm_sums<E>) norms.widen(problem);
   const std::size_t n = problem.q.rows, m = problem.k.rows, dk = problem.q.cols, dv = problem.v.cols;
   grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
   const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.row_stats.data(),
                                              view_of<T>(dq), view_of<T>(dk_), view_of<T>(dv_)};
   run_backward(&problem, &grads, 1, ext);
+  if constexpr (has_norm_sums<E>) norms.fold(problem, dq, dk_);
   propagate_attention(e, dq, dk_, dv_, acc);
 }
 
