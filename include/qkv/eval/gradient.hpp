@@ -290,8 +290,8 @@ inline constexpr bool fused_backward_of = [] {
 template <expression E, class D, class... X>
 auto gradient(const E& e, const D& d_out, const wrt_t<X...>& w, fused_t) {
   static_assert(detail::fused_backward_of<E>,
-                "qkv: gradient(e, dO, wrt(X...), qkv::fused): e has no fused backward (built: softmax(S) * V, S the "
-                "dot product, scaled, biased by a constant, causal, masked, one score_mod)");
+                "qkv: gradient(e, dO, wrt(X...), qkv::fused): e has no fused backward (built: softmax(S) * V for "
+                "every S that fuses forward, with differentiable functors)");
   if constexpr (detail::fused_backward_of<E>) return detail::gradient_by(e, d_out, w, true);
   else return std::tuple<>{};  // (the assertion has said what is wrong)
 }
