@@ -25,6 +25,7 @@
 #include "eval/strategy.hpp"
 #include "eval/eval.hpp"
 #include "eval/gradient.hpp"
+#include "eval/lse.hpp"
 #include "eval/explain.hpp"
 #include "eval/cost.hpp"
 #include "kernels/api.hpp"

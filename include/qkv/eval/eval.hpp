@@ -37,6 +37,24 @@ struct result<E, T, 4> {
   using type = tensor<T, E::static_batch[0], E::static_batch[1], E::static_rows, E::static_cols>;
 };
 
+// Owning storage with X's extents (static ones kept) and element type
+// without const: a matrix for a matrix or matrix_view, a tensor for a tensor
+// or tensor_view.
+template <class X>
+struct storage_like {
+  using type = matrix<std::remove_const_t<value_type_t<X>>, X::static_rows, X::static_cols>;
+};
+template <class T, std::size_t... E>
+struct storage_like<tensor<T, E...>> {
+  using type = tensor<std::remove_const_t<T>, E...>;
+};
+template <class T, std::size_t... E>
+struct storage_like<tensor_view<T, E...>> {
+  using type = tensor<std::remove_const_t<T>, E...>;
+};
+template <class X>
+using storage_like_t = typename storage_like<bare_t<X>>::type;
+
 // The storage of e's value in the type it is computed in (float for 2-byte inputs).
 template <class E>
 using compute_result_t = typename result<bare_t<E>, compute_t<value_type_t<E>>>::type;

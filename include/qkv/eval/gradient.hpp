@@ -39,19 +39,7 @@ namespace detail {
 // A gradient in X's storage type and extents: a matrix for a matrix, a
 // tensor for a tensor.
 template <class X>
-struct gradient_type {
-  using type = matrix<std::remove_const_t<value_type_t<X>>, X::static_rows, X::static_cols>;
-};
-template <class T, std::size_t... E>
-struct gradient_type<tensor<T, E...>> {
-  using type = tensor<std::remove_const_t<T>, E...>;
-};
-template <class T, std::size_t... E>
-struct gradient_type<tensor_view<T, E...>> {
-  using type = tensor<std::remove_const_t<T>, E...>;
-};
-template <class X>
-using gradient_of_t = typename gradient_type<bare_t<X>>::type;
+using gradient_of_t = storage_like_t<X>;
 
 // A gradient sum in X's storage: rounded once where X is bf16 or f16.
 template <class X, class T>

@@ -9,7 +9,7 @@
 //   softmax(S)   dS = P ∘ (G − rowsum(G ∘ P)), P the forward weights
 //   causal, masked(S, M), masked(S, pred)
 //                dS = G where kept, exactly 0 where masked
-// softmax(S) * V where S is the dot product, scaled, biased by a constant,
+// softmax(S) * V where S is any similarity, scaled, biased by a constant,
 // causal, masked by a matrix or a predicate, or modified by one score_mod,
 // has a rule of its own when the strategy fuses
 // (acc.fuse): the forward again keeping each row's maximum and sum (or
@@ -101,16 +101,22 @@ bool same_leaf(const A& a, const B& b) {
   }
 }
 
-// Whether e reads any of the leaves in w.
-template <class E, class... X>
-bool reads_any(const E& e, const wrt_t<X...>& w) {
+// Whether a walk over leaves (walk(look) calls look on each) meets any of w's.
+template <class Walk, class... X>
+bool meets_any(Walk walk, const wrt_t<X...>& w) {
   bool found = false;
   auto look = [&](const auto& l) {
     if constexpr (leaf<decltype(l)>)
       std::apply([&](const auto&... x) { found = found || (same_leaf(l, x) || ...); }, w.leaves);
   };
-  for_each_leaf(e, look);
+  walk(look);
   return found;
+}
+
+// Whether e reads any of the leaves in w.
+template <class E, class... X>
+bool reads_any(const E& e, const wrt_t<X...>& w) {
+  return meets_any([&](auto& look) { for_each_leaf(e, look); }, w);
 }
 
 // e's value as a matrix of T.
@@ -196,12 +202,12 @@ template <class Wq, class Wk, class Wv>
 inline constexpr bool is_additive_v<additive_t<Wq, Wk, Wv>> = true;
 
 // softmax(S) * V with a fused backward (attention_backward.hpp): S the dot
-// product (bilinear and cosine are products too) or a similarity term of
-// the user's, scaled, biased by a constant, causal, masked by a matrix or a
-// predicate, one score_mod; the functors differentiable (dual numbers); on
-// matrices (2-byte operands are read as float copies). additive goes node
-// by node where its w is differentiated (norm_sums below does neg_sq_l2's
-// norms).
+// product (bilinear and cosine are products too), neg_sq_l2 (norm_sums
+// below adds its norms' share) or a similarity term (the user's, additive's),
+// scaled, biased by a constant, causal, masked by a matrix or a predicate,
+// one score_mod; the functors differentiable (dual numbers); on matrices
+// (2-byte operands are read as float copies). Where a bias or additive's w
+// is differentiated, the rule goes node by node at run time.
 template <class E>
 inline constexpr bool has_fused_backward = [] {
   if constexpr (has_fused_form<E>) {
@@ -225,13 +231,7 @@ inline constexpr bool has_fused_backward = [] {
 // the functor's: it has no gradient to give).
 template <class Fn, class... X>
 bool functor_reads_any(const Fn& fn, const wrt_t<X...>& w) {
-  bool found = false;
-  auto look = [&](const auto& l) {
-    if constexpr (leaf<decltype(l)>)
-      std::apply([&](const auto&... x) { found = found || (same_leaf(l, x) || ...); }, w.leaves);
-  };
-  for_each_functor_leaf(fn, look);
-  return found;
+  return meets_any([&](auto& look) { for_each_functor_leaf(fn, look); }, w);
 }
 
 // The chain's dot product, and whether its bias, or a score_mod's functor through

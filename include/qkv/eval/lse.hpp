@@ -1,0 +1,219 @@
+// eval_with_lse(e) and merge(O1, L1, O2, L2): an attention's output with
+// each row's log-sum-exp, and the attention over two disjoint key sets
+// from the two partial results. L_i = log Σ_j exp(s_ij) over the keys row
+// i sees, −∞ for a row that sees none; the fused kernel keeps it as each
+// row's maximum m and sum l = Σ_j exp(s_ij − m) (attention_problem's
+// row_stats), so L = m + log l costs nothing extra.
+//
+// merge weighs each part by exp(L_part − L): with M = max(L1, L2),
+//   L = M + log(exp(L1 − M) + exp(L2 − M)),
+//   O = (exp(L1 − M) O1 + exp(L2 − M) O2) / (exp(L1 − M) + exp(L2 − M)),
+// no exponent above 0; a part with L = −∞ weighs 0 (O is the other part's,
+// bit for bit); rows where both are −∞ give zeros and −∞.
+#pragma once
+
+#include "../shape/shape_error.hpp"
+#include "../storage/matrix.hpp"
+#include "../storage/tensor.hpp"
+#include "eval.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace qkv {
+namespace detail {
+
+// The n × 1 log-sum-exps of e: a matrix, or a tensor [..., n, 1], in the
+// type e is computed in.
+template <class E, class T = compute_t<value_type_t<E>>, std::size_t Rank = static_rank_of<E>()>
+struct lse_result {
+  using type = matrix<T, E::static_rows, 1>;
+};
+template <class E, class T>
+struct lse_result<E, T, 3> {
+  using type = tensor<T, E::static_batch[1], E::static_rows, 1>;
+};
+template <class E, class T>
+struct lse_result<E, T, 4> {
+  using type = tensor<T, E::static_batch[0], E::static_batch[1], E::static_rows, 1>;
+};
+template <class E>
+using lse_t = typename lse_result<bare_t<E>>::type;
+
+template <class T>
+T lse_of(T m, T l) {
+  return l == T(0) ? -std::numeric_limits<T>::infinity() : m + std::log(l);
+}
+
+// The problems of e (one per batch index), each keeping its row statistics
+// in stats, run in one call; L from them. out holds e's shape in T.
+template <class E, class Out, class L>
+void attention_with_lse(const E& e, Out& out, L& lse) {
+  using T = compute_t<value_type_t<E>>;
+  std::vector<T> stats;
+  if constexpr (is_batched_v<E>) {
+    const batch_extents b = batch_of(e);
+    const std::size_t count = b[0] * b[1], n = e.rows();
+    std::vector<fused_operands_t<E>> keep(count);
+    std::vector<fused_problem_t<E>> problems;
+    problems.reserve(count);
+    std::optional<fused_extension_t<E>> ext;
+    stats.assign(2 * n * count, T(0));
+    const auto view = out.view();
+    for_each_batch_index(b, [&](batch_extents i) {
+      const auto o = view.batch_matrix(i);
+      fused_extension_t<E> mine;
+      problems.push_back(attention_problem_of<best_policy>(slice(e, i), dense(o.data(), o.rows(), o.cols(), o.row_stride()),
+                                                           keep[problems.size()], mine));
+      problems.back().row_stats = stats.data() + 2 * n * (problems.size() - 1);
+      if (!ext) ext.emplace(std::move(mine));
+    });
+    for (std::size_t x = 0; x < count; ++x)
+      for (std::size_t r = 0; r < n; ++r) stats[2 * (x * n + r)] = -std::numeric_limits<T>::infinity();
+    if (ext) run_attention(problems.data(), problems.size(), *ext);
+    for (std::size_t k = 0; k < count * n; ++k) lse.data()[k] = lse_of(stats[2 * k], stats[2 * k + 1]);
+  } else {
+    const std::size_t n = e.rows();
+    fused_operands_t<E> keep;
+    fused_extension_t<E> ext;
+    auto problem = attention_problem_of<best_policy>(e, dense(out.data(), out.rows(), out.cols(), out.row_stride()), keep, ext);
+    stats.assign(2 * n, T(0));
+    for (std::size_t r = 0; r < n; ++r) stats[2 * r] = -std::numeric_limits<T>::infinity();
+    problem.row_stats = stats.data();
+    run_attention(&problem, 1, ext);
+    for (std::size_t r = 0; r < n; ++r) lse(r, 0) = lse_of(stats[2 * r], stats[2 * r + 1]);
+  }
+}
+
+template <class X>
+auto shape_of(const X& x) {
+  if constexpr (tensor_leaf<X>) {
+    const auto e = x.extents();
+    return std::vector<std::size_t>(e.begin(), e.end());
+  } else {
+    return std::vector<std::size_t>{x.rows(), x.cols()};
+  }
+}
+
+// The matrix at batch index k of x, in row-major batch order (x itself for a matrix).
+template <class X>
+auto batch_at(const X& x, std::size_t k) {
+  if constexpr (tensor_leaf<X>) {
+    const batch_extents b = batch_of(x);
+    if constexpr (requires { x.view(); }) return x.view().batch_matrix(batch_extents{k / b[1], k % b[1]});
+    else return x.batch_matrix(batch_extents{k / b[1], k % b[1]});
+  } else {
+    return matrix_view<const value_type_t<X>, dyn, dyn>(x.data(), x.rows(), x.cols(), x.row_stride());
+  }
+}
+
+template <class X>
+std::size_t batch_count(const X& x) {
+  if constexpr (tensor_leaf<X>) {
+    const batch_extents b = batch_of(x);
+    return b[0] * b[1];
+  } else {
+    return 1;
+  }
+}
+
+}  // namespace detail
+
+// {O, L} for e = softmax(S) * V with a fused form: O is e's value (as eval(e)
+// computes it fused), L each row's natural log-sum-exp of S.
+template <expression E>
+auto eval_with_lse(const E& e) {
+  static_assert(detail::has_fused_form<E>,
+                "qkv: eval_with_lse(e): e must be an attention with a fused form (eval(e, qkv::fused) says what breaks it)");
+  if constexpr (!detail::has_fused_form<E>) {
+    return std::pair<int, int>{};
+  } else if constexpr (detail::reads_half<E>() && !detail::reads_kv_as_stored<E>) {
+    auto [o, l] = eval_with_lse(detail::widen(e));  // in float, O rounded once
+    return std::pair<result_t<E>, detail::lse_t<E>>{detail::narrow<result_t<E>>(o), std::move(l)};
+  } else {
+    detail::compute_result_t<E> out = [&] {
+      if constexpr (detail::is_batched_v<E>) return detail::compute_result_t<E>(detail::result_extents(e));
+      else return detail::compute_result_t<E>(e.rows(), e.cols());
+    }();
+    detail::lse_t<E> lse = [&] {
+      if constexpr (detail::is_batched_v<E>) {
+        auto x = detail::result_extents(e);
+        x.back() = 1;
+        return detail::lse_t<E>(x);
+      } else {
+        return detail::lse_t<E>(e.rows(), 1);
+      }
+    }();
+    detail::attention_with_lse(e, out, lse);
+    if constexpr (std::is_same_v<detail::compute_result_t<E>, result_t<E>>) {
+      return std::pair<result_t<E>, detail::lse_t<E>>{std::move(out), std::move(lse)};
+    } else {
+      return std::pair<result_t<E>, detail::lse_t<E>>{detail::narrow<result_t<E>>(out), std::move(lse)};
+    }
+  }
+}
+
+// {O, L}: the attention over the union of two disjoint key sets, from each
+// set's output and log-sum-exp (eval_with_lse's; matrices, or tensors of the
+// same extents). O and L have O1's and L1's types and extents.
+template <class O1, class L1, class O2, class L2>
+auto merge(const O1& o1, const L1& l1, const O2& o2, const L2& l2) {
+  static_assert((leaf<O1> || tensor_leaf<O1>) && (leaf<L1> || tensor_leaf<L1>) && (leaf<O2> || tensor_leaf<O2>) &&
+                    (leaf<L2> || tensor_leaf<L2>),
+                "qkv: merge(O1, L1, O2, L2): each argument must be a matrix, tensor or view (eval_with_lse's results)");
+  using V = std::remove_const_t<value_type_t<O1>>;
+  using T = std::remove_const_t<value_type_t<L1>>;
+  static_assert(std::is_same_v<V, std::remove_const_t<value_type_t<O2>>> && std::is_same_v<T, std::remove_const_t<value_type_t<L2>>>,
+                "qkv: merge(O1, L1, O2, L2): the two parts have different element types");
+  static_assert(element<T>, "qkv: merge(O1, L1, O2, L2): L must be float or double");
+  const auto what = [](const auto& x) {
+    std::string s = "[";
+    for (const std::size_t v : detail::shape_of(x)) s += (s.size() > 1 ? ", " : "") + std::to_string(v);
+    return s + "]";
+  };
+  std::vector<std::size_t> want = detail::shape_of(o1);
+  want.back() = 1;
+  if (detail::shape_of(o2) != detail::shape_of(o1) || detail::shape_of(l1) != want || detail::shape_of(l2) != want)
+    throw shape_error("qkv: merge(O1, L1, O2, L2): O1 and O2 must have one shape and L1, L2 one row each of it (got O1 " +
+                      what(o1) + ", L1 " + what(l1) + ", O2 " + what(o2) + ", L2 " + what(l2) + ")");
+  using OR = detail::storage_like_t<O1>;
+  using LR = detail::storage_like_t<L1>;
+  auto result = [&] {
+    if constexpr (tensor_leaf<O1>) return std::pair<OR, LR>{OR(o1.extents()), LR(l1.extents())};
+    else return std::pair<OR, LR>{OR(o1.rows(), o1.cols()), LR(l1.rows(), 1)};
+  }();
+  const T inf = std::numeric_limits<T>::infinity();
+  V* out = result.first.data();  // owning, dense: batch by batch, row by row
+  T* lse = result.second.data();
+  for (std::size_t k = 0; k < detail::batch_count(o1); ++k) {
+    const auto a = detail::batch_at(o1, k), b = detail::batch_at(o2, k);
+    const auto la = detail::batch_at(l1, k), lb = detail::batch_at(l2, k);
+    const std::size_t n = a.rows(), d = a.cols();
+    for (std::size_t i = 0; i < n; ++i) {
+      const T x = la(i, 0), y = lb(i, 0), m = x > y ? x : y;
+      V* o = out + (k * n + i) * d;
+      if (m == -inf) {
+        lse[k * n + i] = -inf;
+        for (std::size_t c = 0; c < d; ++c) o[c] = V(0);
+        continue;
+      }
+      const T wa = std::exp(x - m), wb = std::exp(y - m), s = wa + wb;
+      lse[k * n + i] = m + std::log(s);
+      for (std::size_t c = 0; c < d; ++c) {
+        const T va = static_cast<T>(static_cast<compute_t<V>>(a(i, c))), vb = static_cast<T>(static_cast<compute_t<V>>(b(i, c)));
+        // A part that weighs 0 does not read its output (anything, for a row it never saw).
+        const T sum = wb == T(0) ? wa * va : wa == T(0) ? wb * vb : wa * va + wb * vb;
+        o[c] = static_cast<V>(sum / s);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace qkv
