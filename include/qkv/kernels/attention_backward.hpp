@@ -31,6 +31,7 @@
 // A value row is read only through dP, whose entries P = 0 discards.
 #pragma once
 
+#include "arch_traits.hpp"
 #include "attention_problem.hpp"
 #include "blocking.hpp"
 #include "online_softmax.hpp"
@@ -263,7 +264,7 @@ struct attention_backward_kernel {
       const batch vm(mx == softmax::neg_inf ? T(0) : mx), vinv(l == T(0) ? T(0) : T(1) / l), vd(delta[i0 + r]),
           vra(a);
       for (std::size_t j = 0; j < counted; j += W) {
-        const batch w = softmax::exp(xsimd::fms(vra, batch::load_aligned(u + j), vm)) * vinv;
+        const batch w = softmax::exp(fmsub(vra, batch::load_aligned(u + j), vm)) * vinv;
         batch dsj = va * w * (batch::load_aligned(d + j) - vd);
         if constexpr (traits::modifies) dsj = dsj * batch::load_aligned(slope + j);
         w.store_aligned(u + j);
@@ -315,8 +316,8 @@ struct attention_backward_kernel {
         for (std::size_t r = r0; r < br; ++r) {
           const D q(batch(qt[c * x.n_ld + i0 + r]));
           const T* d = ds + r * BK + jr;
-          a0 = xsimd::fma(batch::load_aligned(d), D(ext.term(q, k0, c)).d, a0);
-          a1 = xsimd::fma(batch::load_aligned(d + W), D(ext.term(q, k1, c)).d, a1);
+          a0 = fmadd(batch::load_aligned(d), D(ext.term(q, k0, c)).d, a0);
+          a1 = fmadd(batch::load_aligned(d + W), D(ext.term(q, k1, c)).d, a1);
         }
         a0.store_unaligned(out);
         a1.store_unaligned(out + W);
@@ -343,8 +344,8 @@ struct attention_backward_kernel {
           const D k0(batch::load_aligned(panel)), k1(batch::load_aligned(panel + W));
           for (std::size_t r = 0; r < rows; ++r) {
             const T* d = ds + (ir + r) * BK + jr;
-            acc[r] = xsimd::fma(batch::load_aligned(d), D(ext.term(q[r], k0, c)).d, acc[r]);
-            acc[r] = xsimd::fma(batch::load_aligned(d + W), D(ext.term(q[r], k1, c)).d, acc[r]);
+            acc[r] = fmadd(batch::load_aligned(d), D(ext.term(q[r], k0, c)).d, acc[r]);
+            acc[r] = fmadd(batch::load_aligned(d + W), D(ext.term(q[r], k1, c)).d, acc[r]);
           }
         }
         for (std::size_t r = 0; r < rows; ++r) g.dq(i0 + ir + r, c) += xsimd::hadd(acc[r]);

@@ -111,7 +111,7 @@ struct attention_decode {
         for (std::size_t c = 0; c < body; c += W) {
           const batch qc = batch::load_unaligned(q + c);
           for (std::size_t t = 0; t < KB; ++t)
-            acc[t] = xsimd::fma(qc, load(p.k.ptr(j0 + j + t, c)), acc[t]);
+            acc[t] = fmadd(qc, load(p.k.ptr(j0 + j + t, c)), acc[t]);
         }
         // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
         for (std::size_t t = 0; t < KB; ++t) {
@@ -177,7 +177,7 @@ struct attention_decode {
           const S* v0 = p.v.ptr(j0 + j, 0);
           const S* v1 = p.v.ptr(j0 + j + 1, 0);
           for (std::size_t c = 0; c < body; c += W)
-            xsimd::fma(w1, load(v1 + c), xsimd::fma(w0, load(v0 + c), batch::load_unaligned(part + c)))
+            fmadd(w1, load(v1 + c), fmadd(w0, load(v0 + c), batch::load_unaligned(part + c)))
                 .store_unaligned(part + c);
           j += 2;
           continue;
@@ -186,7 +186,7 @@ struct attention_decode {
           const batch w(u[j]);
           const S* vj = p.v.ptr(j0 + j, 0);
           for (std::size_t c = 0; c < body; c += W)
-            xsimd::fma(w, load(vj + c), batch::load_unaligned(part + c)).store_unaligned(part + c);
+            fmadd(w, load(vj + c), batch::load_unaligned(part + c)).store_unaligned(part + c);
         }
         ++j;
       }
@@ -211,7 +211,7 @@ struct attention_decode {
           if (u[j] == T(0)) continue;
           const batch w(u[j]);
           const S* vj = p.v.ptr(j0 + j, c0);
-          for (std::size_t r = 0; r < NV; ++r) part[r] = xsimd::fma(w, load(vj + r * W), part[r]);
+          for (std::size_t r = 0; r < NV; ++r) part[r] = fmadd(w, load(vj + r * W), part[r]);
         }
         for (std::size_t r = 0; r < NV; ++r) acc[r] += part[r];
       }
@@ -227,10 +227,10 @@ struct attention_decode {
     batch acc0(T(0)), acc1(T(0));
     if (kcs == 1) {
       for (; c + 2 * W <= d; c += 2 * W) {
-        acc0 = xsimd::fma(batch::load_unaligned(q + c), load(k + c), acc0);
-        acc1 = xsimd::fma(batch::load_unaligned(q + c + W), load(k + c + W), acc1);
+        acc0 = fmadd(batch::load_unaligned(q + c), load(k + c), acc0);
+        acc1 = fmadd(batch::load_unaligned(q + c + W), load(k + c + W), acc1);
       }
-      for (; c + W <= d; c += W) acc0 = xsimd::fma(batch::load_unaligned(q + c), load(k + c), acc0);
+      for (; c + W <= d; c += W) acc0 = fmadd(batch::load_unaligned(q + c), load(k + c), acc0);
     }
     for (; c < d; ++c) tail += q[c] * static_cast<T>(k[static_cast<std::ptrdiff_t>(c) * kcs]);
     return xsimd::hadd(acc0 + acc1) + tail;
@@ -241,7 +241,7 @@ struct attention_decode {
     std::size_t c = 0;
     const batch va(a);
     if (xcs == 1)
-      for (; c + W <= d; c += W) xsimd::fma(va, load(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
+      for (; c + W <= d; c += W) fmadd(va, load(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
     for (; c < d; ++c) y[c] += a * static_cast<T>(x[static_cast<std::ptrdiff_t>(c) * xcs]);
   }
 

@@ -17,6 +17,7 @@
 // row sees.
 #pragma once
 
+#include "arch_traits.hpp"
 #include "attention_problem.hpp"
 #include "blocking.hpp"
 #include "online_softmax.hpp"
@@ -168,8 +169,8 @@ struct attention_prefill {
             if (u[j] == T(0)) continue;
             const batch w(u[j]);
             const T* v = vp + c * m + j * NR;
-            lo = xsimd::fma(w, batch::load_aligned(v), lo);
-            hi = xsimd::fma(w, batch::load_aligned(v + W), hi);
+            lo = fmadd(w, batch::load_aligned(v), lo);
+            hi = fmadd(w, batch::load_aligned(v + W), hi);
           }
           (batch::load_aligned(out) + lo).store_aligned(out);
           (batch::load_aligned(out + W) + hi).store_aligned(out + W);

@@ -13,6 +13,8 @@
 // instruction; it compiles only with -mavx512bf16 (src/arch_avx512bf16.cpp).
 #pragma once
 
+#include "arch_traits.hpp"
+
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
@@ -34,8 +36,8 @@ struct bf16_pairs_emulated {
   static batch high(words x) { return xsimd::bitwise_cast<batch>(x & words(0xffff0000u)); }
 
   static batch dot(batch acc, words a, words b) {
-    acc = xsimd::fma(high(a), high(b), acc);
-    return xsimd::fma(low(a), low(b), acc);
+    acc = fmadd(high(a), high(b), acc);
+    return fmadd(low(a), low(b), acc);
   }
 
   // The 2W floats x[0, 2W) rounded to bf16 (nearest even; NaN stays NaN) as

@@ -12,6 +12,7 @@
 // Its exponential is softmax_exp.hpp's, one pass over a block's scores.
 #pragma once
 
+#include "arch_traits.hpp"
 #include "softmax_exp.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -68,15 +69,15 @@ struct online_softmax {
     batch s0(T(0)), s1(T(0));
     std::size_t j = 0;
     for (; j + 2 * W <= padded; j += 2 * W) {
-      const batch e0 = exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
-      const batch e1 = exp(xsimd::fma(va, batch::load_aligned(u + j + W), vm));
+      const batch e0 = exp(fmadd(va, batch::load_aligned(u + j), vm));
+      const batch e1 = exp(fmadd(va, batch::load_aligned(u + j + W), vm));
       e0.store_aligned(u + j);
       e1.store_aligned(u + j + W);
       s0 += e0;
       s1 += e1;
     }
     for (; j < padded; j += W) {
-      const batch e = exp(xsimd::fma(va, batch::load_aligned(u + j), vm));
+      const batch e = exp(fmadd(va, batch::load_aligned(u + j), vm));
       e.store_aligned(u + j);
       s0 += e;
     }

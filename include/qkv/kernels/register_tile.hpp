@@ -67,8 +67,8 @@ struct register_tile {
 #pragma GCC unroll 8
       for (std::size_t r = 0; r < MR; ++r) {
         const batch ar(a[r][p * ACS]);
-        lo[r] = xsimd::fma(ar, b0, lo[r]);
-        hi[r] = xsimd::fma(ar, b1, hi[r]);
+        lo[r] = fmadd(ar, b0, lo[r]);
+        hi[r] = fmadd(ar, b1, hi[r]);
       }
       b += NR;
     }

@@ -4,6 +4,7 @@
 // leaves anything visible in, so that the kernel can skip the others.
 #pragma once
 
+#include "arch_traits.hpp"
 #include "../storage/dual.hpp"
 #include "attention_problem.hpp"
 #include "extension.hpp"
@@ -54,7 +55,7 @@ struct score_transform {
       if (p.bias.data != nullptr) {
         const T* b = p.bias.ptr(i, j0);
         for (; j + W <= count; j += W)
-          xsimd::fma(vs, batch::load_unaligned(u + j), vb * batch::load_unaligned(b + j)).store_unaligned(u + j);
+          fmadd(vs, batch::load_unaligned(u + j), vb * batch::load_unaligned(b + j)).store_unaligned(u + j);
         for (; j < count; ++j) u[j] = p.scale * u[j] + p.bias_scale * b[j];
       } else {
         for (; j < count; ++j) u[j] *= p.scale;

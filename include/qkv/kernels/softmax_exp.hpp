@@ -34,6 +34,8 @@
 // Double uses xsimd::exp: beside a double's products it costs little.
 #pragma once
 
+#include "arch_traits.hpp"
+
 #include <xsimd/xsimd.hpp>
 
 #include <cstdint>
@@ -50,12 +52,12 @@ template <class Arch>
 xsimd::batch<float, Arch> exp2_fraction(xsimd::batch<float, Arch> r) {
   using batch = xsimd::batch<float, Arch>;
   batch p(1.53533595e-4f);
-  p = xsimd::fma(p, r, batch(1.33988743e-3f));
-  p = xsimd::fma(p, r, batch(9.61843737e-3f));
-  p = xsimd::fma(p, r, batch(5.55033247e-2f));
-  p = xsimd::fma(p, r, batch(2.40226479e-1f));
-  p = xsimd::fma(p, r, batch(6.93147203e-1f));
-  return xsimd::fma(p, r, batch(1.0f));
+  p = fmadd(p, r, batch(1.33988743e-3f));
+  p = fmadd(p, r, batch(9.61843737e-3f));
+  p = fmadd(p, r, batch(5.55033247e-2f));
+  p = fmadd(p, r, batch(2.40226479e-1f));
+  p = fmadd(p, r, batch(6.93147203e-1f));
+  return fmadd(p, r, batch(1.0f));
 }
 
 template <class Arch>
