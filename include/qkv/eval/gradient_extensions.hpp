@@ -27,6 +27,7 @@
 #include <concepts>
 #include <cstddef>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 
 namespace qkv {
