@@ -60,7 +60,7 @@ const auto soft_cap = [](auto s, auto, auto) {
   return 30.0f * tanh(s / 30.0f);
 };
 const auto alibi = [](auto s, auto i, auto j) { return s - 0.0625f * (i - j); };
-const auto window = [](std::size_t i, std::size_t j) { return j <= i && i - j < 256; };
+const auto band = [](std::size_t i, std::size_t j) { return j <= i && i - j < 256; };
 // The same window with the block hint: whole key blocks are skipped unseen.
 struct window_with_hint {
   bool operator()(std::size_t i, std::size_t j) const { return j <= i && i - j < 256; }
@@ -104,7 +104,7 @@ int register_all() {
   add("soft_cap_causal", [](inputs& x) { return softmax(causal(score_mod(x.Q * transpose(x.K), soft_cap))) * x.V; });
   add("alibi_causal", [dk](inputs& x) { return softmax(causal(score_mod(x.Q * transpose(x.K) / sqrt(dk), alibi))) * x.V; });
   add("causal", [dk](inputs& x) { return softmax(causal(x.Q * transpose(x.K) / sqrt(dk))) * x.V; });
-  add("window256", [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), window)) * x.V; });
+  add("window256", [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), band)) * x.V; });
   add("window256_hint",
       [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), window_with_hint{})) * x.V; });
   const auto batched = [dk](inputs& x) {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -127,8 +128,10 @@ void gemm_impl(strided<const T> a, strided<const T> b, T* c, std::ptrdiff_t ldc)
 
 void gemm(strided<const float> a, strided<const float> b, float* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
 void gemm(strided<const double> a, strided<const double> b, double* c, std::ptrdiff_t ldc) { gemm_impl(a, b, c, ldc); }
-void softmax_rows(strided<float> x) { set<float>().softmax_rows(x); }
-void softmax_rows(strided<double> x) { set<double>().softmax_rows(x); }
+void softmax_rows(strided<float> x) { set<float>().softmax_rows(x, -std::numeric_limits<float>::infinity()); }
+void softmax_rows(strided<double> x) { set<double>().softmax_rows(x, -std::numeric_limits<double>::infinity()); }
+void softmax_rows(strided<float> x, float sink) { set<float>().softmax_rows(x, sink); }
+void softmax_rows(strided<double> x, double sink) { set<double>().softmax_rows(x, sink); }
 void multiply(strided<float> x, float s) { set<float>().multiply(x, s); }
 void multiply(strided<double> x, double s) { set<double>().multiply(x, s); }
 void divide(strided<float> x, float s) { set<float>().divide(x, s); }

@@ -46,7 +46,7 @@ template <class T>
 struct kernel_set {
   std::size_t (*gemm_workspace)(std::size_t m, std::size_t n, std::size_t k);
   void (*gemm)(strided<const T> a, strided<const T> b, T* c, std::ptrdiff_t ldc, T* work);
-  void (*softmax_rows)(strided<T> x);
+  void (*softmax_rows)(strided<T> x, T sink);
   void (*multiply)(strided<T> x, T s);
   void (*divide)(strided<T> x, T s);
   void (*add)(strided<T> x, strided<const T> y);

@@ -20,7 +20,7 @@ struct softcap {
   }
 };
 
-struct window {
+struct sliding {
   bool operator()(std::size_t i, std::size_t j) const { return j <= i && i - j < 8; }
 };
 
@@ -47,7 +47,7 @@ TEST_CASE("fusion_rule_broken names the first rule a chain breaks", "[explain]")
   const auto& [Q, K, V, B, M, W] = x;
   const auto S = Q * transpose(K);
   const softcap cap;
-  const window win;
+  const sliding win;
   STATIC_REQUIRE(fusion_rule_broken<decltype(softmax(causal(S / 2.0f) + B) * V)> == fusion_rule::none);
   STATIC_REQUIRE(fusion_rule_broken<decltype(softmax(S))> == fusion_rule::not_attention);
   STATIC_REQUIRE(fusion_rule_broken<decltype(softmax(S) * V * 2.0f)> == fusion_rule::not_attention);
@@ -75,7 +75,7 @@ TEST_CASE("fuses<E> holds for every form of the contract, neg_sq_l2 under a scor
   const auto& [Q, K, V, B, M, W] = x;
   const auto S = Q * transpose(K);
   const softcap cap;
-  const window win;
+  const sliding win;
   STATIC_REQUIRE(fuses<decltype(softmax(S) * V)>);
   STATIC_REQUIRE(fuses<const decltype(softmax(S) * V)&>);
   STATIC_REQUIRE(fuses<decltype(softmax(causal(causal(S))) * V)>);
@@ -94,7 +94,7 @@ TEST_CASE("explain(e) says what eval(e) does with each node", "[explain]") {
   const fixture x;
   const auto& [Q, K, V, B, M, W] = x;
   const softcap cap;
-  const window win;
+  const sliding win;
 
   CHECK(explain(softmax(Q * transpose(K) / sqrt(dim<8>)) * V) == "fused: softmax(S) * V with similarity dot, scale\n");
   // Slots in the order the kernel applies them, whatever the order written.

@@ -22,7 +22,7 @@ using test::same_bits;
 
 // Key j is visible from query i when it is among the w keys ending at the
 // query's own position i + (m − n) (bottom-right aligned, as causal is).
-struct window {
+struct sliding {
   std::size_t n, m, w;
   bool keep(std::size_t i, std::size_t j) const {
     const std::ptrdiff_t pos = std::ptrdiff_t(i + m) - std::ptrdiff_t(n), jj = std::ptrdiff_t(j);
@@ -40,25 +40,25 @@ struct window {
 // window with its exact hint, without one, with one that keeps every block,
 // and with one that knows nothing.
 struct hinted {
-  window win;
-  bool keep(std::size_t i, std::size_t j) const { return win.keep(i, j); }
-  int keep_any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const {
+  sliding win;
+  bool keep(std::size_t i, std::size_t j, std::size_t, std::size_t) const { return win.keep(i, j); }
+  int keep_any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1, std::size_t, std::size_t) const {
     return win.any(i0, i1, j0, j1) ? 1 : 0;
   }
 };
 struct plain {
-  window win;
-  bool keep(std::size_t i, std::size_t j) const { return win.keep(i, j); }
+  sliding win;
+  bool keep(std::size_t i, std::size_t j, std::size_t, std::size_t) const { return win.keep(i, j); }
 };
 struct everywhere {  // says every block may hold a visible pair
-  window win;
-  bool keep(std::size_t i, std::size_t j) const { return win.keep(i, j); }
-  int keep_any(std::size_t, std::size_t, std::size_t, std::size_t) const { return 1; }
+  sliding win;
+  bool keep(std::size_t i, std::size_t j, std::size_t, std::size_t) const { return win.keep(i, j); }
+  int keep_any(std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t) const { return 1; }
 };
 struct unknowing {
-  window win;
-  bool keep(std::size_t i, std::size_t j) const { return win.keep(i, j); }
-  int keep_any(std::size_t, std::size_t, std::size_t, std::size_t) const { return -1; }
+  sliding win;
+  bool keep(std::size_t i, std::size_t j, std::size_t, std::size_t) const { return win.keep(i, j); }
+  int keep_any(std::size_t, std::size_t, std::size_t, std::size_t, std::size_t, std::size_t) const { return -1; }
 };
 // The window with a user similarity equal to the dot product: its scores
 // come from this unit's register tile instead of the library's product.
@@ -80,20 +80,20 @@ struct hint_log {
   }
 };
 struct recording {
-  window win;
+  sliding win;
   hint_log* log;
-  bool keep(std::size_t i, std::size_t j) const {
+  bool keep(std::size_t i, std::size_t j, std::size_t, std::size_t) const {
     ++log->keeps;
     log->note(i, j);
     return win.keep(i, j);
   }
-  int keep_any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const {
+  int keep_any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1, std::size_t, std::size_t) const {
     const bool any = win.any(i0, i1, j0, j1);
     if (!any) log->empty.push_back({i0, i1, j0, j1});
     return any ? 1 : 0;
   }
   template <class V>
-  V modify(const V& s, const V& i, const V& j) const {
+  V modify(const V& s, const V& i, const V& j, std::size_t, std::size_t) const {
     if constexpr (std::is_floating_point_v<V>) {
       ++log->modified;
       log->note(std::size_t(i), std::size_t(j));
@@ -148,7 +148,7 @@ TEST_CASE("the row-block path never computes a key block the predicate's hint em
     INFO("n = " << n << ", m = " << m << ", w = " << w);
     problem_data<float> in(n, m, 16, 8, 7);
     hint_log log;
-    const window win{n, m, w};
+    const sliding win{n, m, w};
     const auto got = in.rows(0.25f, false, recording{win, &log});
     CHECK(!log.empty.empty());
     CHECK(log.keeps > 0);
@@ -178,7 +178,7 @@ struct window_reference {
 };
 
 template <class T>
-window_reference reference_of(const problem_data<T>& in, const ref::mat& qk, const window& win, bool causal) {
+window_reference reference_of(const problem_data<T>& in, const ref::mat& qk, const sliding& win, bool causal) {
   const T scale = T(1) / qkv::sqrt(T(in.d));
   const ref::mat q = ref::from(in.Q), k = ref::from(in.K), v = ref::from(in.V);
   const real sf = static_cast<real>(scale);
@@ -191,7 +191,7 @@ window_reference reference_of(const problem_data<T>& in, const ref::mat& qk, con
 }
 
 template <class T, class Ext>
-void check_rows(const char* what, problem_data<T>& in, const window& win, bool causal, const Ext& ext,
+void check_rows(const char* what, problem_data<T>& in, const sliding& win, bool causal, const Ext& ext,
                 const window_reference& r) {
   INFO(what << ", n = " << in.n << ", m = " << in.m << ", w = " << win.w << (causal ? ", causal" : ""));
   const T scale = T(1) / qkv::sqrt(T(in.d));
@@ -213,7 +213,7 @@ void check_windows(std::uint32_t seed) {
     for (std::size_t w : {1, 37, 100, 1000}) {
       problem_data<T> in(nm[0], nm[1], 24, 10, seed++);
       const ref::mat qk = ref::matmul(ref::from(in.Q), ref::transpose(ref::from(in.K)));
-      const window win{in.n, in.m, w};
+      const sliding win{in.n, in.m, w};
       for (bool causal : {false, true}) {
         const window_reference r = reference_of(in, qk, win, causal);
         check_rows("hinted", in, win, causal, hinted{win}, r);
@@ -236,7 +236,7 @@ TEST_CASE("the row-block path gives the same bits with or without a hint and for
   test::threads_guard guard;
   for (const std::array<std::size_t, 3> nmw : {std::array<std::size_t, 3>{300, 700, 100}, {257, 257, 64}, {70, 1030, 300}}) {
     problem_data<float> in(nmw[0], nmw[1], 32, 16, 11);
-    const window win{nmw[0], nmw[1], nmw[2]};
+    const sliding win{nmw[0], nmw[1], nmw[2]};
     INFO("n = " << in.n << ", m = " << in.m << ", w = " << win.w);
     set_threads(1);
     const auto one = in.rows(0.125f, false, hinted{win});

@@ -18,6 +18,8 @@
 #include "expr/elementwise.hpp"
 #include "expr/softmax.hpp"
 #include "expr/mask.hpp"
+#include "expr/window.hpp"
+#include "expr/key_aligned.hpp"
 #include "expr/score_mod.hpp"
 #include "expr/similarity.hpp"
 #include "similarity/concept.hpp"

@@ -7,9 +7,11 @@
 // per element; softmax 4 per element (maximum, subtraction, sum, division)
 // and one exponential; masks none. A fused attention counts what its kernel
 // computes: every per-pair term for each pair of a query and a key it may
-// see, i.e. all n·m pairs, or under causal the visible ones (about half); a
-// mask matrix or a predicate counts every pair, its contents being data (the
-// kernel skips the key blocks they empty). Node by node, every pair counts.
+// see, i.e. all n·m pairs, or under causal and windows the visible ones
+// (about half for causal; a window's extents are values, so static_cost,
+// which reads types alone, counts its pairs as all); a mask matrix or a
+// predicate counts every pair, its contents being data (the kernel skips
+// the key blocks they empty). Node by node, every pair counts.
 // Bytes are the intermediates a strategy materialises and, for a fused
 // attention, its packed K and V and its score and output blocks (padding
 // included), with the block sizes of the instruction set that runs (in a
@@ -75,22 +77,55 @@ constexpr std::size_t causal_pairs(std::size_t n, std::size_t m) {
   return (first + m) * (m - first + 1) / 2;
 }
 
-// Whether a score chain holds causal.
+// The key bounds a score chain's causal and windows set (no_bound: none);
+// a window's extents are values of the expression, so a walk over types
+// alone (s null) counts it as no bound.
+struct key_bounds {
+  static constexpr std::size_t no_bound = static_cast<std::size_t>(-1);
+  bool causal = false;
+  std::size_t left = no_bound, right = no_bound;
+};
+
 template <class S>
-struct causal_in_chain : std::false_type {};
+inline constexpr bool is_causal_v = false;
 template <class X>
-struct causal_in_chain<causal_expr<X>> : std::true_type {};
-template <class X, class S, scale_op Op>
-struct causal_in_chain<scaled_expr<X, S, Op>> : causal_in_chain<bare_t<X>> {};
-template <class X, class M>
-struct causal_in_chain<masked_expr<X, M>> : causal_in_chain<bare_t<X>> {};
-template <class X, class P>
-struct causal_in_chain<predicate_masked_expr<X, P>> : causal_in_chain<bare_t<X>> {};
-template <class X, class F>
-struct causal_in_chain<score_mod_expr<X, F>> : causal_in_chain<bare_t<X>> {};
-template <class A, class B, elementwise_op Op>
-struct causal_in_chain<elementwise_expr<A, B, Op>>
-    : causal_in_chain<bare_t<std::conditional_t<score_chain<elementwise_expr<A, B, Op>>::left, A, B>>> {};
+inline constexpr bool is_causal_v<causal_expr<X>> = true;
+
+template <class S>
+constexpr key_bounds chain_bounds(const S* s) {
+  if constexpr (is_elementwise_v<S>) {
+    if constexpr (score_chain<S>::left) return chain_bounds(lhs_of(s));
+    else return chain_bounds(rhs_of(s));
+  } else if constexpr (requires(const S& x) { x.arg(); } && !is_softmax_v<S>) {  // the chain's unary nodes
+    key_bounds b = chain_bounds(arg_of(s));
+    if constexpr (is_causal_v<S>) b.causal = true;
+    if constexpr (is_window_v<S>) {
+      if (s != nullptr) {
+        b.left = s->left() < b.left ? s->left() : b.left;
+        b.right = s->right() < b.right ? s->right() : b.right;
+      }
+    }
+    return b;
+  } else {
+    return {};
+  }
+}
+
+// The pairs of n queries and m keys that the bounds leave visible: row i
+// sees keys [i' − left, i' + right] ∩ [0, m), i' = i + m − n.
+constexpr std::size_t visible_pairs(std::size_t n, std::size_t m, key_bounds b) {
+  if (b.left == key_bounds::no_bound && b.right == key_bounds::no_bound) return b.causal ? causal_pairs(n, m) : n * m;
+  const long long right = b.causal ? 0 : (b.right < n + m ? static_cast<long long>(b.right) : static_cast<long long>(n + m));
+  const long long left = b.left < n + m ? static_cast<long long>(b.left) : static_cast<long long>(n + m);
+  std::size_t pairs = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const long long ip = static_cast<long long>(i + m) - static_cast<long long>(n);
+    const long long lo = ip - left > 0 ? ip - left : 0;
+    const long long hi = ip + right + 1 < static_cast<long long>(m) ? ip + right + 1 : static_cast<long long>(m);
+    if (hi > lo) pairs += static_cast<std::size_t>(hi - lo);
+  }
+  return pairs;
+}
 
 template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised);
@@ -186,7 +221,7 @@ constexpr cost_estimate fused_attention_cost(const E* e, cost_estimate node_by_n
   const S* s = arg_of(lhs_of(e));
   cost_estimate c = node_by_node;
   const std::size_t n = rows_of(e), m = cols_of(e), mk = cols_of(s), all = n * mk;
-  const std::size_t pairs = causal_in_chain<S>::value ? causal_pairs(n, mk) : all;
+  const std::size_t pairs = visible_pairs(n, mk, chain_bounds(s));
   const cost_estimate ops = chain_operands_cost(s), v = cost_of(rhs_of(e), true);
   c.fused_bytes = ops.fused_bytes + v.fused_bytes + fused_workspace<T>(n, mk, chain_dk(s), m);
   if (all != 0 && pairs != all) {

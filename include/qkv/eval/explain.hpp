@@ -54,6 +54,8 @@ template <class X>
 inline constexpr std::string_view node_name<softmax_expr<X>> = "softmax(S)";
 template <class X>
 inline constexpr std::string_view node_name<causal_expr<X>> = "causal(S)";
+template <class X>
+inline constexpr std::string_view node_name<window_expr<X>> = "window(S, left, right)";
 template <class X, class M>
 inline constexpr std::string_view node_name<masked_expr<X, M>> = "masked(S, M)";
 template <class X, class P>
@@ -77,7 +79,8 @@ std::string fused_text() {
   t += chain::core_name;
   const std::pair<bool, std::string_view> slots[] = {{s.scale, "scale"},         {s.bias, "bias"},
                                                      {s.modifier, "score_mod"},  {s.causal, "causal"},
-                                                     {s.mask, "mask"},           {s.predicate, "predicate"}};
+                                                     {s.window, "window"},       {s.mask, "mask"},
+                                                     {s.predicate, "predicate"}};
   for (const auto& [filled, name] : slots)
     if (filled) t.append(", ").append(name);
   return t;
@@ -140,7 +143,9 @@ void explain_into(const E& e, std::string& out, std::size_t depth) {
   } else if constexpr (is_transpose_v<X>) {
     explain_into(e.arg(), out, depth);
   } else if constexpr (fuses<X>) {
-    out.append(2 * depth, ' ').append(fused_text<typename fused_form<X>::scores>()).append("\n");
+    out.append(2 * depth, ' ').append(fused_text<typename fused_form<X>::scores>());
+    if (e.lhs().has_sink()) out.append(", sink");
+    out.append("\n");
     explain_chain(e.lhs().arg(), out, depth + 1);
     explain_into(e.rhs(), out, depth + 1);
   } else {

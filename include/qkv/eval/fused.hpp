@@ -39,6 +39,7 @@ struct score_parts {
   bool has_bias = false;
   bool row_term = false;  // a score_mod is around the core: a row's constant term counts
   bool causal = false;
+  std::size_t window_left = kernels::attention_problem<T>::no_bound, window_right = kernels::attention_problem<T>::no_bound;
   operand<bool> mask;
 };
 
@@ -62,21 +63,21 @@ struct chain_extension {
   }
   template <class V>
     requires(!std::is_same_v<Mod, none>)
-  V modify(const V& s, const V& i, const V& j) const {
-    return call_modifier(*mod_f, s, i, j);
+  V modify(const V& s, const V& i, const V& j, std::size_t b, std::size_t h) const {
+    return call_modifier(*mod_f, s, i, j, b, h);
   }
-  bool keep(std::size_t i, std::size_t j) const
+  bool keep(std::size_t i, std::size_t j, std::size_t b, std::size_t h) const
     requires(!std::is_same_v<Keep, none>)
   {
-    return call_predicate(*keep_f, i, j);
+    return call_predicate(*keep_f, i, j, b, h);
   }
   // 1 or 0 when the predicate knows whether it keeps anything in a block
-  // (its member any(i_begin, i_end, j_begin, j_end)), −1 when it does not.
-  int keep_any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const
+  // (its member any(i_begin, i_end, j_begin, j_end), or any(b, h, ...)),
+  // −1 when it does not.
+  int keep_any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1, std::size_t b, std::size_t h) const
     requires(!std::is_same_v<Keep, none>)
   {
-    if constexpr (requires { keep_f->any(i0, i1, j0, j1); }) return keep_f->any(i0, i1, j0, j1) ? 1 : 0;
-    else return -1;
+    return predicate_hint(*keep_f, i0, i1, j0, j1, b, h);
   }
 };
 
@@ -207,6 +208,20 @@ struct score_chain<causal_expr<X>> : score_chain<bare_t<X>> {
   static void describe(const causal_expr<X>& e, score_parts<T, KV>& parts, Ext& ext) {
     score_chain<bare_t<X>>::template describe<Policy>(e.arg(), parts, ext);
     parts.causal = true;
+  }
+};
+
+// A window narrows the bounds so far: windows and causal intersect.
+template <class X>
+struct score_chain<window_expr<X>> : score_chain<bare_t<X>> {
+  using inner = score_chain<bare_t<X>>;
+  static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::window);
+  static constexpr auto keys_of(const window_expr<X>* s) { return inner::keys_of(arg_of(s)); }
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const window_expr<X>& e, score_parts<T, KV>& parts, Ext& ext) {
+    inner::template describe<Policy>(e.arg(), parts, ext);
+    parts.window_left = e.left() < parts.window_left ? e.left() : parts.window_left;
+    parts.window_right = e.right() < parts.window_right ? e.right() : parts.window_right;
   }
 };
 
@@ -396,7 +411,11 @@ kernels::attention_problem<compute_t<value_type_t<E>>, S> attention_problem_of(
     problem.row_scale = static_cast<T>(parts.row_scale);
   }
   problem.causal = parts.causal;
+  problem.window_left = parts.window_left, problem.window_right = parts.window_right;
   problem.mask = parts.mask.view;
+  // The softmax's sink and the slice's position (the functors' b and h).
+  problem.sink = static_cast<T>(e.lhs().sink());
+  problem.batch = e.lhs().batch_index(), problem.head = e.lhs().head_index();
   // Every input of one 2-byte type (e evaluates to it): Q holds its values.
   problem.queries_in_storage_type = !std::is_same_v<S, T> && std::is_same_v<std::remove_const_t<value_type_t<E>>, S>;
   return problem;

@@ -1,6 +1,6 @@
 // The fused form's rules, in one place: softmax(S) * V where S is a chain of
-// slots around a similarity core (scale, causal, mask matrix, predicate,
-// bias, modifier), and the rules on which slots a chain may hold and in
+// slots around a similarity core (scale, causal, window, mask matrix,
+// predicate, bias, modifier), and the rules on which slots a chain may hold and in
 // which order. eval/fused.hpp reads an expression's chain into slots and
 // asks here whether it fuses; eval(e, fused) names the rule it broke.
 #pragma once
@@ -19,7 +19,7 @@ enum class fusion_rule {
   two_mask_matrices,       // masked(masked(S, M1), M2)
   two_predicates,          // masked(masked(S, p1), p2)
   two_score_mods,          // score_mod(score_mod(S, f), g)
-  score_mod_outside_mask,  // score_mod(causal(S), f), score_mod(masked(S, M), f)
+  score_mod_outside_mask,  // score_mod(causal(S), f), score_mod(window(S, w), f), score_mod(masked(S, M), f)
   scale_outside_score_mod, // score_mod(S, f) * c
   bias_outside_score_mod,  // score_mod(S, f) + B
 };
@@ -44,14 +44,14 @@ constexpr std::string_view to_string(fusion_rule r) {
 namespace detail {
 
 // The slots a node of a score chain fills.
-enum class chain_slot { core, scale, causal, mask, predicate, bias, modifier };
+enum class chain_slot { core, scale, causal, window, mask, predicate, bias, modifier };
 
 // What a chain holds so far, from its core outwards, and the first rule it broke.
 struct chain_slots {
   fusion_rule broken = fusion_rule::none;
-  bool scale = false, causal = false, mask = false, predicate = false, bias = false, modifier = false;
+  bool scale = false, causal = false, window = false, mask = false, predicate = false, bias = false, modifier = false;
 
-  constexpr bool masks() const { return causal || mask || predicate; }
+  constexpr bool masks() const { return causal || window || mask || predicate; }
 };
 
 // The table: each rule says what a slot may not be added around. The kernel
@@ -60,6 +60,7 @@ constexpr fusion_rule rule_broken_by(chain_slot outer, const chain_slots& in) {
   switch (outer) {
     case chain_slot::core:
     case chain_slot::causal:  // causal twice is causal once
+    case chain_slot::window:  // windows (and causal) intersect into one
       return fusion_rule::none;
     case chain_slot::scale:
       // catches score_mod(S, f) * c, gives scale_outside_score_mod: the kernel scales before it modifies.
@@ -97,6 +98,7 @@ constexpr chain_slots add_slot(chain_slots in, chain_slot outer) {
     case chain_slot::core: break;
     case chain_slot::scale: in.scale = true; break;
     case chain_slot::causal: in.causal = true; break;
+    case chain_slot::window: in.window = true; break;
     case chain_slot::mask: in.mask = true; break;
     case chain_slot::predicate: in.predicate = true; break;
     case chain_slot::bias: in.bias = true; break;

@@ -54,7 +54,8 @@ void backprop(const score_mod_expr<S, F>& e, const grad_matrix<T>& g, gradients<
         for (std::size_t j = 0; j < s.cols(); ++j)
           ds(i, j) = g(i, j) == T(0) ? T(0)
                                      : g(i, j) * call_modifier(e.function(), dual<T>(s(i, j), T(1)), dual<T>(T(i)),
-                                                               dual<T>(T(j))).d;
+                                                               dual<T>(T(j)), e.batch_index(), e.head_index())
+                                                     .d;
       return ds;
     }, acc);
   }

@@ -7,7 +7,7 @@
 //   X * s, X / s dX = G s, G / s (the scalar is a constant)
 //   A ± B        dA = G, dB = ±G
 //   softmax(S)   dS = P ∘ (G − rowsum(G ∘ P)), P the forward weights
-//   causal, masked(S, M), masked(S, pred)
+//   causal, window, masked(S, M), masked(S, pred)
 //                dS = G where kept, exactly 0 where masked
 // softmax(S) * V where S is any similarity, scaled, biased by a constant,
 // causal, masked by a matrix or a predicate, or modified by one score_mod,
@@ -28,6 +28,7 @@
 #include "../expr/similarity.hpp"
 #include "../expr/softmax.hpp"
 #include "../expr/transpose.hpp"
+#include "../expr/window.hpp"
 #include "../shape/check.hpp"
 #include "../similarity/builtin.hpp"
 #include "../storage/matrix.hpp"
@@ -54,6 +55,9 @@ template <class F, class T>
 concept differentiable_modifier = requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v) {
   { f(x, x, x) } -> std::convertible_to<dual<T>>;
   { f(v, v, v) } -> std::convertible_to<dual<xsimd::batch<T>>>;
+} || requires(const F& f, dual<T> x, dual<xsimd::batch<T>> v, std::size_t b) {
+  { f(x, b, b, x, x) } -> std::convertible_to<dual<T>>;
+  { f(v, b, b, v, v) } -> std::convertible_to<dual<xsimd::batch<T>>>;
 };
 
 template <class F, class T>
@@ -449,6 +453,11 @@ void backprop(const causal_expr<S>& e, const grad_matrix<T>& g, gradients<T, X..
   backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return j + n <= i + m; }); }, acc);
 }
 
+template <class T, class S, class... X>
+void backprop(const window_expr<S>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return e.keeps(i, j); }); }, acc);
+}
+
 template <class T, class S, class M, class... X>
 void backprop(const masked_expr<S, M>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
   backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return bool(e.mask()(i, j)); }); },
@@ -457,8 +466,11 @@ void backprop(const masked_expr<S, M>& e, const grad_matrix<T>& g, gradients<T, 
 
 template <class T, class S, class P, class... X>
 void backprop(const predicate_masked_expr<S, P>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
-  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return call_predicate(e.predicate(), i, j); }); },
-                acc);
+  backprop_into(e.arg(), [&] {
+    return kept(g, [&](std::size_t i, std::size_t j) {
+      return call_predicate(e.predicate(), i, j, e.batch_index(), e.head_index());
+    });
+  }, acc);
 }
 
 }  // namespace detail

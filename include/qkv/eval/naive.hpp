@@ -10,6 +10,7 @@
 #include "../expr/scaled.hpp"
 #include "../expr/softmax.hpp"
 #include "../expr/transpose.hpp"
+#include "../expr/window.hpp"
 #include "../kernels/api.hpp"
 #include "../kernels/mask.hpp"
 #include "../storage/aligned_buffer.hpp"
@@ -205,7 +206,7 @@ struct naive_evaluator<softmax_expr<X>> {
   template <class Policy>
   static void into(const softmax_expr<X>& e, kernels::strided<T> out) {
     node_into<Policy>(e.arg(), out);
-    kernels::softmax_rows(out);
+    kernels::softmax_rows(out, static_cast<T>(e.sink()));
   }
 };
 
@@ -216,6 +217,16 @@ struct naive_evaluator<causal_expr<S>> {
   static void into(const causal_expr<S>& e, kernels::strided<T> out) {
     node_into<Policy>(e.arg(), out);
     kernels::mask_causal(out);
+  }
+};
+
+template <class S>
+struct naive_evaluator<window_expr<S>> {
+  using T = value_type_t<S>;
+  template <class Policy>
+  static void into(const window_expr<S>& e, kernels::strided<T> out) {
+    node_into<Policy>(e.arg(), out);
+    kernels::mask_window(out, e.left(), e.right());
   }
 };
 

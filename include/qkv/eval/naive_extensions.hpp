@@ -31,8 +31,8 @@ template <class F>
 struct modifier_extension {
   const F* f;
   template <class V>
-  V modify(const V& s, const V& i, const V& j) const {
-    return call_modifier(*f, s, i, j);
+  V modify(const V& s, const V& i, const V& j, std::size_t b, std::size_t h) const {
+    return call_modifier(*f, s, i, j, b, h);
   }
 };
 
@@ -82,7 +82,8 @@ struct naive_evaluator<score_mod_expr<S, F>> {
     node_into<Policy>(e.arg(), out);
     using kernel = kernels::attention_kernel<xsimd::default_arch, T, modifier_extension<F>>;
     const modifier_extension<F> ext{&e.function()};
-    for (std::size_t i = 0; i < out.rows; ++i) kernel::modify(ext, i, 0, out.cols, out.ptr(i, 0));
+    for (std::size_t i = 0; i < out.rows; ++i)
+      kernel::modify(ext, i, 0, out.cols, out.ptr(i, 0), e.batch_index(), e.head_index());
   }
 };
 
@@ -94,7 +95,8 @@ struct naive_evaluator<predicate_masked_expr<S, P>> {
     node_into<Policy>(e.arg(), out);
     for (std::size_t i = 0; i < out.rows; ++i)
       for (std::size_t j = 0; j < out.cols; ++j)
-        if (!call_predicate(e.predicate(), i, j)) out(i, j) = -std::numeric_limits<T>::infinity();
+        if (!call_predicate(e.predicate(), i, j, e.batch_index(), e.head_index()))
+          out(i, j) = -std::numeric_limits<T>::infinity();
   }
 };
 

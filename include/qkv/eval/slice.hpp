@@ -21,10 +21,13 @@ auto slice(const E& e, batch_extents index) {
   } else if constexpr (tensor_leaf<E>) {
     return matrix_view<const value_type_t<E>, E::static_rows, E::static_cols>(e.batch_matrix(index));
   } else {
-    // Each operand at the index its own batch extents give it.
-    return std::apply(
+    // Each operand at the index its own batch extents give it; a node that
+    // keeps its slice's position (expr/node.hpp) learns it.
+    auto r = std::apply(
         [&](const auto&... x) { return e.rebuild(slice(x, operand_batch_index(index, batch_of(e), batch_of(x)))...); },
         e.operands());
+    if constexpr (requires { r.at_slice(index); }) r.at_slice(index);
+    return r;
   }
 }
 

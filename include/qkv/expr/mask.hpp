@@ -2,6 +2,7 @@
 #pragma once
 
 #include "../shape/check.hpp"
+#include "key_aligned.hpp"
 #include "node.hpp"
 
 #include <array>
@@ -64,25 +65,37 @@ class masked_expr
   static constexpr std::array<bool, 2> operand_buffers{false, false};
 };
 
+// pred(i, j), or pred(b, h, i, j) with the slice's batch and head indices
+// (std::size_t; 0 for a matrix): true keeps key j for query i.
+template <class P>
+concept position_predicate = std::predicate<const P&, std::size_t, std::size_t> ||
+                             std::predicate<const P&, std::size_t, std::size_t, std::size_t, std::size_t>;
+
 // Masks S(i, j) where pred(i, j) is false (pred on std::size_t positions):
 // a sliding window, a prefix-LM, a block-sparse pattern, without an n×m mask
 // in memory. The fused kernel skips key blocks in which it keeps nothing.
+// i is the row of Q; key_aligned(pred) gets its position among the keys.
 // pred must be pure and copyable.
 template <class S, class P>
-class predicate_masked_expr : public detail::same_shape_unary<S> {
+class predicate_masked_expr : public detail::same_shape_unary<S>, public detail::slice_position {
   static_assert(value_element<value_type_t<S>>, "qkv: masked(S, pred): S must be a float or double matrix, or a bf16 or f16 one");
-  static_assert(std::predicate<const P&, std::size_t, std::size_t>,
-                "qkv: masked(S, pred): pred must be callable as pred(i, j) on std::size_t positions, giving a bool");
+  static_assert(position_predicate<P>,
+                "qkv: masked(S, pred): pred must be callable as pred(i, j) or pred(b, h, i, j) on std::size_t "
+                "indices, giving a bool");
 
  public:
   template <class A>
-  predicate_masked_expr(A&& s, P pred) : detail::same_shape_unary<S>(std::forward<A>(s)), pred_(std::move(pred)) {}
+  predicate_masked_expr(A&& s, P pred) : detail::same_shape_unary<S>(std::forward<A>(s)), pred_(std::move(pred)) {
+    detail::place_functor(pred_, this->rows(), this->cols());
+  }
 
   const P& predicate() const { return pred_; }
 
   template <class Y>
   auto rebuild(Y&& y) const {
-    return predicate_masked_expr<detail::closure_t<Y&&>, P>(std::forward<Y>(y), pred_);
+    predicate_masked_expr<detail::closure_t<Y&&>, P> r(std::forward<Y>(y), pred_);
+    r.at_slice(position());
+    return r;
   }
 
  private:
@@ -91,12 +104,26 @@ class predicate_masked_expr : public detail::same_shape_unary<S> {
 
 namespace detail {
 
-// pred(i, j). (For a pred not callable so the node's static_assert has said
-// so: false, and no more errors.)
+// pred(b, h, i, j) or pred(i, j), whichever pred takes. (For a pred not
+// callable so the node's static_assert has said so: false, and no more
+// errors.)
 template <class P>
-bool call_predicate(const P& pred, std::size_t i, std::size_t j) {
-  if constexpr (std::predicate<const P&, std::size_t, std::size_t>) return static_cast<bool>(pred(i, j));
+bool call_predicate(const P& pred, std::size_t i, std::size_t j, std::size_t b = 0, std::size_t h = 0) {
+  if constexpr (std::predicate<const P&, std::size_t, std::size_t, std::size_t, std::size_t>)
+    return static_cast<bool>(pred(b, h, i, j));
+  else if constexpr (std::predicate<const P&, std::size_t, std::size_t>) return static_cast<bool>(pred(i, j));
   else return false;
+}
+
+// 1 or 0 where pred's block hint, any(b, h, i0, i1, j0, j1) or
+// any(i0, i1, j0, j1), says whether it keeps anything of rows [i0, i1) and
+// keys [j0, j1); −1 where it has none.
+template <class P>
+int predicate_hint(const P& pred, std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1, std::size_t b,
+                   std::size_t h) {
+  if constexpr (requires { pred.any(b, h, i0, i1, j0, j1); }) return pred.any(b, h, i0, i1, j0, j1) ? 1 : 0;
+  else if constexpr (requires { pred.any(i0, i1, j0, j1); }) return pred.any(i0, i1, j0, j1) ? 1 : 0;
+  else return -1;
 }
 
 }  // namespace detail

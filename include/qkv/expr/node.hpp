@@ -98,6 +98,21 @@ class same_shape_unary : public unary_node<X, bare_t<X>::static_rows, bare_t<X>:
   X arg_;
 };
 
+// The batch and head indices (b, h) of the slice of a batched expression a
+// node was built for, which eval/slice.hpp sets; {0, 0} for a matrix. Nodes
+// whose functors or values depend on them (score_mod, masked with a
+// predicate, softmax with per-head sinks) have one.
+class slice_position {
+ public:
+  std::size_t batch_index() const { return at_[0]; }
+  std::size_t head_index() const { return at_[1]; }
+  batch_extents position() const { return at_; }
+  void at_slice(batch_extents index) { at_ = index; }
+
+ private:
+  batch_extents at_{0, 0};
+};
+
 template <class A, class B>
 constexpr std::size_t max_rank() {
   constexpr std::size_t a = static_rank_of<bare_t<A>>(), b = static_rank_of<bare_t<B>>();

@@ -4,9 +4,12 @@
 // on numbers of the element type (s, and i and j converted to it) and on
 // xsimd batches of them (W keys side by side), so it is written once:
 //   auto alibi = [](auto s, auto i, auto j) { return s - 0.5f * (i - j); };
-// It must be pure (same arguments, same result, on any thread) and copyable.
+// f(s, b, h, i, j) gets the batch and head indices too. i is the row of Q;
+// key_aligned(f) hands f the row's position among the keys instead.
+// f must be pure (same arguments, same result, on any thread) and copyable.
 #pragma once
 
+#include "key_aligned.hpp"
 #include "node.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -16,39 +19,52 @@
 
 namespace qkv {
 
+// f(s, i, j), or f(s, b, h, i, j) with the slice's batch and head indices
+// (std::size_t; 0 for a matrix): per-head ALiBi slopes, per-sequence lengths.
 template <class F, class T>
 concept score_modifier = requires(const F& f, T x, xsimd::batch<T> v) {
   { f(x, x, x) } -> std::convertible_to<T>;
   { f(v, v, v) } -> std::convertible_to<xsimd::batch<T>>;
 };
+template <class F, class T>
+concept indexed_score_modifier = requires(const F& f, T x, xsimd::batch<T> v, std::size_t b) {
+  { f(x, b, b, x, x) } -> std::convertible_to<T>;
+  { f(v, b, b, v, v) } -> std::convertible_to<xsimd::batch<T>>;
+};
 
 namespace detail {
 
-// f(s, i, j) as a V. (For an f not callable so the node's static_assert has
-// said so: s unchanged, and no more errors.)
+// f(s, b, h, i, j) or f(s, i, j) as a V, whichever f takes. (For an f not
+// callable so the node's static_assert has said so: s unchanged, and no
+// more errors.)
 template <class F, class V>
-V call_modifier(const F& f, const V& s, const V& i, const V& j) {
-  if constexpr (requires { static_cast<V>(f(s, i, j)); }) return static_cast<V>(f(s, i, j));
+V call_modifier(const F& f, const V& s, const V& i, const V& j, std::size_t b = 0, std::size_t h = 0) {
+  if constexpr (requires { static_cast<V>(f(s, b, h, i, j)); }) return static_cast<V>(f(s, b, h, i, j));
+  else if constexpr (requires { static_cast<V>(f(s, i, j)); }) return static_cast<V>(f(s, i, j));
   else return s;
 }
 
 }  // namespace detail
 
 template <class S, class F>
-class score_mod_expr : public detail::same_shape_unary<S> {
+class score_mod_expr : public detail::same_shape_unary<S>, public detail::slice_position {
   static_assert(value_element<value_type_t<S>>, "qkv: score_mod(S, f): S must be a float or double matrix, or a bf16 or f16 one");
-  static_assert(score_modifier<F, compute_t<value_type_t<S>>>,
-                "qkv: score_mod(S, f): f must be callable as f(s, i, j) on numbers and on xsimd batches");
+  static_assert(score_modifier<F, compute_t<value_type_t<S>>> || indexed_score_modifier<F, compute_t<value_type_t<S>>>,
+                "qkv: score_mod(S, f): f must be callable as f(s, i, j) or f(s, b, h, i, j) on numbers and on xsimd batches");
 
  public:
   template <class A>
-  score_mod_expr(A&& s, F f) : detail::same_shape_unary<S>(std::forward<A>(s)), f_(std::move(f)) {}
+  score_mod_expr(A&& s, F f) : detail::same_shape_unary<S>(std::forward<A>(s)), f_(std::move(f)) {
+    detail::place_functor(f_, this->rows(), this->cols());
+  }
 
   const F& function() const { return f_; }
 
   template <class Y>
   auto rebuild(Y&& y) const {
-    return score_mod_expr<detail::closure_t<Y&&>, F>(std::forward<Y>(y), f_);
+    score_mod_expr<detail::closure_t<Y&&>, F> r(std::forward<Y>(y), f_);
+    r.at_slice(position());
+    return r;
   }
   // f counts as one operation per score, whatever the user wrote.
   static constexpr detail::node_work work(const score_mod_expr* e) { return {detail::rows_of(e) * detail::cols_of(e)}; }

@@ -26,6 +26,10 @@ void weigh(strided<const double> w, strided<const double> v, double* c, std::ptr
 // holding a NaN becomes NaN.
 void softmax_rows(strided<float> x);
 void softmax_rows(strided<double> x);
+// The same with one more logit, sink, in every row's denominator (an
+// attention sink; −∞ is none): a row of −∞ becomes zeros.
+void softmax_rows(strided<float> x, float sink);
+void softmax_rows(strided<double> x, double sink);
 
 // x ← x · s and x ← x / s.
 void multiply(strided<float> x, float s);

@@ -86,15 +86,18 @@ struct attention_kernel {
   // The pieces the extension path and the node-by-node evaluation of the
   // extension points reuse.
   static std::size_t key_end(const attention_problem<T>& p, std::size_t i) { return scores::key_end(p, i); }
+  static std::size_t key_begin(const attention_problem<T>& p, std::size_t i) { return scores::key_begin(p, i); }
   static T transform(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u,
                      const Ext& ext = Ext{}) {
     return scores::apply(p, i, j0, count, u, ext);
   }
-  static void modify(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u) {
-    scores::modify(ext, i, j0, count, u);
+  static void modify(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u, std::size_t b = 0,
+                     std::size_t h = 0) {
+    scores::modify(ext, i, j0, count, u, b, h);
   }
-  static bool predicate_keeps_any(const Ext& ext, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols) {
-    return scores::predicate_keeps_any(ext, i0, rows, j0, cols);
+  static bool predicate_keeps_any(const Ext& ext, std::size_t i0, std::size_t rows, std::size_t j0, std::size_t cols,
+                                  std::size_t b = 0, std::size_t h = 0) {
+    return scores::predicate_keeps_any(ext, i0, rows, j0, cols, b, h);
   }
   static void term_tile(const Ext& ext, std::size_t dk, const T* const* a, const T* b, T* c, std::ptrdiff_t ldc,
                         std::size_t nr) {

@@ -198,7 +198,7 @@ struct attention_backward_kernel {
 
   static bool visible(const attention_problem<T>& p, const Ext& ext, std::size_t i0, std::size_t br, std::size_t j0,
                       std::size_t bc) {
-    return scores::key_end(p, i0 + br - 1) > j0 && scores::keeps_any(p, ext, i0, br, j0, bc);
+    return scores::keeps_any(p, ext, i0, br, j0, bc);  // the causal and window bounds first
   }
 
   // One tile: queries [i0, i0 + br), keys [j0, j0 + bc).

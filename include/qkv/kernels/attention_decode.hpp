@@ -55,12 +55,13 @@ struct attention_decode {
       T* o = part_out + aligned(2 * n) + i * aligned(round_up(dv, W));
       for (std::size_t c = 0; c < round_up(dv, W); ++c) o[c] = T(0);
       T mx = softmax::neg_inf, l = T(0);
-      const std::size_t end = min(scores_of::key_end(g, i), j1);
-      if (end > j0) {
-        const std::size_t count = end - j0;
-        scores(p, p.q.ptr(i, 0), j0, count, u);
-        mx = softmax::whole_row(u, count, scores_of::apply(g, i, j0, count, u), l);
-        weighted_sum(p, u, j0, count, o, leftover);
+      const std::size_t end = min(scores_of::key_end(g, i), j1), begin = scores_of::key_begin(g, i);
+      const std::size_t from = begin > j0 ? begin : j0;
+      if (end > from) {
+        const std::size_t count = end - from;
+        scores(p, p.q.ptr(i, 0), from, count, u);
+        mx = softmax::whole_row(u, count, scores_of::apply(g, i, from, count, u), l);
+        weighted_sum(p, u, from, count, o, leftover);
       }
       stats[2 * i] = mx;
       stats[2 * i + 1] = l;
@@ -74,14 +75,14 @@ struct attention_decode {
   static void merge(const attention_problem<T>& p, const T* parts, std::size_t count) {
     const std::size_t n = p.q.rows, dv = p.v.cols, size = part_size(n, dv);
     for (std::size_t i = 0; i < n; ++i) {
-      T big = softmax::neg_inf;
+      T big = p.sink;  // a sink is one more part, of one score and no value
       for (std::size_t q = 0; q < count; ++q) {
         const T mq = parts[q * size + 2 * i];
         big = mq > big ? mq : big;
       }
       T* out = p.out.ptr(i, 0);
       for (std::size_t c = 0; c < dv; ++c) out[c] = T(0);
-      T l = T(0);
+      T l = p.sink == softmax::neg_inf ? T(0) : p.sink == big ? T(1) : softmax::exp(batch(p.sink - big)).get(0);
       for (std::size_t q = 0; q < count; ++q) {
         const T* at = parts + q * size;
         const T mq = at[2 * i];

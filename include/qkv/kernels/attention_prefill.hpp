@@ -6,8 +6,9 @@
 // row sums once at the end. No n×m buffer exists.
 //
 // K and V are packed once per call (O(m·d) extra memory, read by every query
-// block), converted to T there when they are stored as bf16 or f16; Q and the weights are read in place through row pointers. Key
-// blocks past the causal diagonal, or emptied by the masks, are skipped.
+// block), converted to T there when they are stored as bf16 or f16; Q and
+// the weights are read in place through row pointers. Key blocks past the
+// causal diagonal, outside a window, or emptied by the masks, are skipped.
 //
 // A key a row may not see has weight exactly 0, and its value row must not
 // reach that row's output even when it holds NaN or ±∞ (a padded key/value
@@ -79,21 +80,28 @@ struct attention_prefill {
     alignas(64) T maxima[BR * W];
     const std::size_t kb = B.key_block(dk, dv);
     const std::size_t br = min(BR, n - i0);
-    for (std::size_t r = 0; r < br; ++r) row_m[r] = softmax::neg_inf, row_l[r] = T(0);
+    // A sink is the first term of every row's maximum and sum.
+    for (std::size_t r = 0; r < br; ++r) row_m[r] = p.sink, row_l[r] = p.sink == softmax::neg_inf ? T(0) : T(1);
     for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = T(0);
-    const std::size_t j_end = scores::key_end(p, i0 + br - 1);  // the last row sees the most keys
+    // The last row sees the most keys, the first the earliest (a window's);
+    // the blocks start at a panel boundary.
+    const std::size_t j_end = scores::key_end(p, i0 + br - 1);
+    const std::size_t j_begin = scores::key_begin(p, i0) / NR * NR;
 
-    for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
+    for (std::size_t j0 = j_begin; j0 < j_end; j0 += kb) {
       const std::size_t bc = min(kb, j_end - j0);
       if (!scores::keeps_any(p, ext, i0, br, j0, bc)) continue;
-      // Keys of the block each strip of MR rows sees: on the causal diagonal
-      // fewer than bc, and none for strips above it. Past them nothing is
-      // computed, weighed or summed (rows of a strip that see fewer keys are
-      // masked by apply, as anywhere else).
-      std::size_t keys[BR / MR];
+      // Keys [first, keys) of the block each strip of MR rows sees: on the
+      // causal diagonal fewer than bc, none for strips above it, and from a
+      // panel boundary for a window's later strips. Outside them nothing is
+      // computed, weighed or summed (rows of a strip that see fewer keys
+      // are masked by apply, as anywhere else).
+      std::size_t keys[BR / MR], first[BR / MR];
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
+        const std::size_t begin = scores::key_begin(p, i0 + ir);
         keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
+        first[ir / MR] = begin > j0 ? min(keys[ir / MR], (begin - j0) / NR * NR) : 0;
       }
 
       // Scores of the block; rows past br read the last row again and are
@@ -102,7 +110,7 @@ struct attention_prefill {
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
-        for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
+        for (std::size_t jr = first[ir / MR]; jr < keys[ir / MR]; jr += NR) {
           if constexpr (extension_traits<Ext, T>::has_term) {
             term_tile<Arch, T, Ext>::run(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
           } else if (jr + NR <= keys[ir / MR]) {
@@ -115,19 +123,20 @@ struct attention_prefill {
       // Weights, in place. Where apply leaves a row's scores as they are, the
       // maxima of its whole panels spare the softmax a pass over them.
       for (std::size_t r = 0; r < br; ++r) {
-        const std::size_t count = keys[r / MR];
+        const std::size_t from = first[r / MR], count = keys[r / MR] - from;
         if (count == 0) continue;
-        T* u = s + r * BC;
-        const T a = scores::apply(p, i0 + r, j0, count, u, ext);
+        T* u = s + r * BC + from;
+        const T a = scores::apply(p, i0 + r, j0 + from, count, u, ext);
         const std::size_t full = count / NR * NR;  // whole panels: a causal cut past them masks only the tail
-        const std::size_t known = extension_traits<Ext, T>::has_term || !scores::leaves(p, i0 + r, j0, full) ? 0 : full;
+        const std::size_t known =
+            extension_traits<Ext, T>::has_term || !scores::leaves(p, i0 + r, j0 + from, full) ? 0 : full;
         const T known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
         softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
       }
       bool finite = true;
       for (std::size_t j = j0; j < j0 + bc; ++j) finite = finite && not_finite[j] == T(0);
-      if (finite) weigh_values(s, br, keys, vp + j0 * NR, m, o, dvp);
-      else weigh_values_skipping_zeros(s, br, keys, vp + j0 * NR, m, o, dvp);
+      if (finite) weigh_values(s, br, first, keys, vp + j0 * NR, m, o, dvp);
+      else weigh_values_skipping_zeros(s, br, first, keys, vp + j0 * NR, m, o, dvp);
     }
     for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
     if (p.row_stats != nullptr)
@@ -138,32 +147,33 @@ struct attention_prefill {
   // o += weights · values on the register tile, in partial sums of at most
   // sum_chunk keys, as the matrix product sums (its error grows with the
   // length of each sequential sum). vp: the block's first packed value row;
-  // keys: the keys each strip of MR rows sees.
-  static void weigh_values(const T* s, std::size_t br, const std::size_t* keys, const T* vp, std::size_t m, T* o,
-                           std::size_t dvp) {
+  // [first, keys): the keys each strip of MR rows sees.
+  static void weigh_values(const T* s, std::size_t br, const std::size_t* first, const std::size_t* keys,
+                           const T* vp, std::size_t m, T* o, std::size_t dvp) {
     const std::size_t most = keys[(br - 1) / MR];  // the last strip's: key_end grows with the row
     for (std::size_t jc = 0; jc < most; jc += B.sum_chunk) {
       for (std::size_t ir = 0; ir < br; ir += MR) {
-        if (keys[ir / MR] <= jc) continue;
-        const std::size_t kc = min(B.sum_chunk, keys[ir / MR] - jc);
+        const std::size_t lo = jc > first[ir / MR] ? jc : first[ir / MR], hi = min(jc + B.sum_chunk, keys[ir / MR]);
+        if (hi <= lo) continue;
         const T* rows[MR];
-        for (std::size_t r = 0; r < MR; ++r) rows[r] = s + min(ir + r, br - 1) * BC + jc;
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = s + min(ir + r, br - 1) * BC + lo;
         for (std::size_t c = 0; c < dvp; c += NR)
-          tile::template run<1>(kc, rows, vp + c * m + jc * NR, o + ir * dvp + c, static_cast<std::ptrdiff_t>(dvp),
+          tile::template run<1>(hi - lo, rows, vp + c * m + lo * NR, o + ir * dvp + c, static_cast<std::ptrdiff_t>(dvp),
                                 min(MR, br - ir), NR, true);
       }
     }
   }
 
   // The same sums, row by row, reading no value row whose weight is 0.
-  static void weigh_values_skipping_zeros(const T* s, std::size_t br, const std::size_t* keys, const T* vp,
-                                          std::size_t m, T* o, std::size_t dvp) {
+  static void weigh_values_skipping_zeros(const T* s, std::size_t br, const std::size_t* first,
+                                          const std::size_t* keys, const T* vp, std::size_t m, T* o,
+                                          std::size_t dvp) {
     for (std::size_t r = 0; r < br; ++r) {
       const T* u = s + r * BC;
       const std::size_t count = keys[r / MR];
       for (std::size_t c = 0; c < dvp; c += NR) {
         T* out = o + r * dvp + c;
-        for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
+        for (std::size_t jc = first[r / MR]; jc < count; jc += B.sum_chunk) {
           batch lo(T(0)), hi(T(0));
           for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
             if (u[j] == T(0)) continue;

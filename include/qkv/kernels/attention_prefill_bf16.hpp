@@ -178,23 +178,26 @@ struct attention_prefill_bf16 {
       for (std::size_t c = 0; c < dkp; ++c)
         qw[r * dkp + c] = (bits(q[2 * c]) >> 16) | (2 * c + 1 < dk ? bits(q[2 * c + 1]) & 0xffff0000u : 0u);
     }
-    for (std::size_t r = 0; r < br; ++r) row_m[r] = softmax::neg_inf, row_l[r] = 0.0f;
+    for (std::size_t r = 0; r < br; ++r) row_m[r] = p.sink, row_l[r] = p.sink == softmax::neg_inf ? 0.0f : 1.0f;
     for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = 0.0f;
     const std::size_t j_end = scores::key_end(p, i0 + br - 1);
+    const std::size_t j_begin = scores::key_begin(p, i0) / NR * NR;  // as in attention_prefill
 
-    for (std::size_t j0 = 0; j0 < j_end; j0 += kb) {
+    for (std::size_t j0 = j_begin; j0 < j_end; j0 += kb) {
       const std::size_t bc = min(kb, j_end - j0);
       if (!scores::keeps_any(p, no_extension{}, i0, br, j0, bc)) continue;
-      std::size_t keys[BR / MR];  // as in attention_prefill: the keys each strip sees
+      std::size_t keys[BR / MR], first[BR / MR];  // as in attention_prefill: the keys each strip sees
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
+        const std::size_t begin = scores::key_begin(p, i0 + ir);
         keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
+        first[ir / MR] = begin > j0 ? min(keys[ir / MR], (begin - j0) / NR * NR) : 0;
       }
       for (std::size_t x = 0; x < BR * W; ++x) maxima[x] = softmax::neg_inf;
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const std::uint32_t* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = qw + min(ir + r, br - 1) * dkp;
-        for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
+        for (std::size_t jr = first[ir / MR]; jr < keys[ir / MR]; jr += NR) {
           if (jr + NR <= keys[ir / MR]) tile::run_keeping_max(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, maxima + ir * W);
           else tile::run(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, MR, NR, false);
         }
@@ -203,22 +206,22 @@ struct attention_prefill_bf16 {
       // ends in the padding, which the softmax set to weight 0). Whole
       // panels' maxima as in attention_prefill.
       for (std::size_t r = 0; r < br; ++r) {
-        const std::size_t count = keys[r / MR];
+        const std::size_t from = first[r / MR], count = keys[r / MR] - from;
         if (count == 0) continue;
-        float* u = s + r * BC;
-        const float a = scores::apply(p, i0 + r, j0, count, u, no_extension{});
+        float* u = s + r * BC + from;
+        const float a = scores::apply(p, i0 + r, j0 + from, count, u, no_extension{});
         const std::size_t full = count / NR * NR;
-        const std::size_t known = scores::leaves(p, i0 + r, j0, full) ? full : 0;
+        const std::size_t known = scores::leaves(p, i0 + r, j0 + from, full) ? full : 0;
         const float known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
         softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
-        for (std::size_t j = 0; j < count; j += 2 * W) Pairs::round_pairs(u + j, pw + r * BC / 2 + j / 2);
+        for (std::size_t j = 0; j < count; j += 2 * W) Pairs::round_pairs(u + j, pw + r * BC / 2 + (from + j) / 2);
       }
       // A pair reads the value row after an odd count's last key too (its
       // weight 0, but 0·∞ is NaN): the rows checked include it.
       bool finite = true;
       for (std::size_t j = j0; j < min(m, j0 + bc + bc % 2); ++j) finite = finite && flags[j] == 2.0f;
-      if (finite) weigh_values(pw, br, keys, vw + j0 / 2 * NR, mp, o, dvp);
-      else weigh_values_skipping_zeros(pw, br, keys, vw + j0 / 2 * NR, mp, o, dv, dvp);
+      if (finite) weigh_values(pw, br, first, keys, vw + j0 / 2 * NR, mp, o, dvp);
+      else weigh_values_skipping_zeros(pw, br, first, keys, vw + j0 / 2 * NR, mp, o, dv, dvp);
     }
     for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
     if (p.row_stats != nullptr)
@@ -229,17 +232,18 @@ struct attention_prefill_bf16 {
   // o += weights · values on the pair tile, in partial sums of at most
   // sum_chunk keys (attention_prefill's weigh_values). vw: the block's first
   // pair of value rows; mp: pairs of value rows in a panel.
-  static void weigh_values(const std::uint32_t* pw, std::size_t br, const std::size_t* keys, const std::uint32_t* vw,
-                           std::size_t mp, float* o, std::size_t dvp) {
+  static void weigh_values(const std::uint32_t* pw, std::size_t br, const std::size_t* first, const std::size_t* keys,
+                           const std::uint32_t* vw, std::size_t mp, float* o, std::size_t dvp) {
     const std::size_t most = keys[(br - 1) / MR];
     for (std::size_t jc = 0; jc < most; jc += B.sum_chunk) {
       for (std::size_t ir = 0; ir < br; ir += MR) {
-        if (keys[ir / MR] <= jc) continue;
-        const std::size_t kp = pairs(min(B.sum_chunk, keys[ir / MR] - jc));
+        const std::size_t lo = jc > first[ir / MR] ? jc : first[ir / MR], hi = min(jc + B.sum_chunk, keys[ir / MR]);
+        if (hi <= lo) continue;  // (lo is even: a panel boundary or a chunk's)
+        const std::size_t kp = pairs(hi - lo);
         const std::uint32_t* rows[MR];
-        for (std::size_t r = 0; r < MR; ++r) rows[r] = pw + min(ir + r, br - 1) * (BC / 2) + jc / 2;
+        for (std::size_t r = 0; r < MR; ++r) rows[r] = pw + min(ir + r, br - 1) * (BC / 2) + lo / 2;
         for (std::size_t c = 0; c < dvp; c += NR)
-          tile::run(kp, rows, vw + c * mp + jc / 2 * NR, o + ir * dvp + c, static_cast<std::ptrdiff_t>(dvp),
+          tile::run(kp, rows, vw + c * mp + lo / 2 * NR, o + ir * dvp + c, static_cast<std::ptrdiff_t>(dvp),
                     min(MR, br - ir), NR, true);
       }
     }
@@ -247,12 +251,12 @@ struct attention_prefill_bf16 {
 
   // The same sums, one key at a time, reading no value row whose rounded
   // weight is 0: a block holding a value row that is not finite.
-  static void weigh_values_skipping_zeros(const std::uint32_t* pw, std::size_t br, const std::size_t* keys,
-                                          const std::uint32_t* vw, std::size_t mp, float* o, std::size_t dv,
-                                          std::size_t dvp) {
+  static void weigh_values_skipping_zeros(const std::uint32_t* pw, std::size_t br, const std::size_t* first,
+                                          const std::size_t* keys, const std::uint32_t* vw, std::size_t mp, float* o,
+                                          std::size_t dv, std::size_t dvp) {
     for (std::size_t r = 0; r < br; ++r) {
       const std::uint32_t* u = pw + r * (BC / 2);
-      for (std::size_t j = 0; j < keys[r / MR]; ++j) {
+      for (std::size_t j = first[r / MR]; j < keys[r / MR]; ++j) {
         const float w = j % 2 == 0 ? low(u[j / 2]) : high(u[j / 2]);
         if (w == 0.0f) continue;
         for (std::size_t x = 0; x < dv; ++x) {

@@ -7,6 +7,9 @@
 
 #include "strided.hpp"
 
+#include <cstddef>
+#include <limits>
+
 namespace qkv::kernels {
 
 template <class T, class S = T>
@@ -27,15 +30,27 @@ struct attention_problem {
                                                     // neg_sq_l2); softmax alone ignores it; none when null
   T row_scale = T(1);
   bool causal = false;   // keys j > i + (m − n) excluded
+  // A window: keys outside [i' − window_left, i' + window_right] excluded,
+  // i' = i + (m − n) (causal's alignment); no_bound on a side: none there.
+  static constexpr std::size_t no_bound = std::numeric_limits<std::size_t>::max();
+  std::size_t window_left = no_bound, window_right = no_bound;
   strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
   // Q holds values of S (it was stored as S, converted exactly): the kernel
   // may multiply in S and round the weights to S, as attention on bf16
   // inputs does on AVX512-BF16 (attention_prefill_bf16.hpp). Float queries
   // keep float products.
   bool queries_in_storage_type = false;
+  // One more logit in every row's softmax denominator (an attention sink):
+  // the row's running maximum and sum start from it, m = sink and l = 1.
+  // −∞: none.
+  T sink = -std::numeric_limits<T>::infinity();
+  // The batch and head indices of the slice this problem computes, passed
+  // to the user's functors (0 for a matrix).
+  std::size_t batch = 0, head = 0;
   // Each row's largest score m_i and its softmax's denominator
   // l_i = Σ_j exp(s_ij − m_i), written here when not null (2 values a row,
-  // m then l; −∞ and 0 for a row that sees no key): what a backward pass
+  // m then l; −∞ and 0 for a row that sees no key; a sink counts as one more
+  // score, so m ≥ sink and l ≥ exp(sink − m)): what a backward pass
   // recomputes the weights from, and the log-sum-exp m + log l. Kept apart,
   // since past |m| = 2²⁴ in float m + log l rounds log l away.
   T* row_stats = nullptr;
@@ -46,7 +61,9 @@ struct attention_problem {
     attention_problem<T> p{q, {nullptr, k.rows, k.cols, 0, 1}, {nullptr, v.rows, v.cols, 0, 1}, out, scale};
     p.bias = bias, p.bias_scale = bias_scale, p.col_bias = col_bias, p.col_scale = col_scale;
     p.row_bias = row_bias, p.row_scale = row_scale, p.causal = causal, p.mask = mask;
-    p.queries_in_storage_type = queries_in_storage_type, p.row_stats = row_stats;
+    p.window_left = window_left, p.window_right = window_right;
+    p.queries_in_storage_type = queries_in_storage_type, p.sink = sink, p.batch = batch, p.head = head;
+    p.row_stats = row_stats;
     return p;
   }
 };

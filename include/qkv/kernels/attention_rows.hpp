@@ -73,7 +73,7 @@ struct attention_rows_kernel {
     thread_local std::vector<unsigned char> state;
     state.assign(nb, 0);
     std::size_t lo = nb, hi = 0;
-    for (std::size_t kb = 0; kb < nb; ++kb) {
+    for (std::size_t kb = kernel::key_begin(p, i0) / block_keys; kb < nb; ++kb) {
       const std::size_t j0 = kb * block_keys, bc = min(block_keys, j_end - j0);
       if (!kernel::scores::keeps_any(p, ext, i0, br, j0, bc)) continue;
       state[kb] = 1;
@@ -141,31 +141,36 @@ struct attention_rows_kernel {
     const std::size_t ja = vlo * block_keys, width = min(vhi * block_keys, j_end) - ja;
     T* span = sd + (ja - c0);
     if (p.row_stats != nullptr) keep_row_stats(p, i0, br, span, ld, width);
-    softmax_rows(strided<T>{span, br, width, static_cast<std::ptrdiff_t>(ld), 1});
+    softmax_rows(strided<T>{span, br, width, static_cast<std::ptrdiff_t>(ld), 1}, p.sink);
     const strided<const T> pb{span, br, width, static_cast<std::ptrdiff_t>(ld), 1};
     const strided<const T> vb{p.v.ptr(ja, 0), width, p.v.cols, p.v.row_stride, p.v.col_stride};
     weigh(pb, vb, p.out.ptr(i0, 0), p.out.row_stride);  // a masked key reads nothing of its value row
   }
 
  private:
-  // Each row's maximum and sum Σ exp(s − max), for the backward (2 values a
-  // row; −∞ and 0 for a row that sees nothing).
+  // Each row's maximum and sum Σ exp(s − max), a sink counted as one more
+  // score, for the backward (2 values a row; −∞ and 0 for a row that sees
+  // nothing).
   static void keep_row_stats(const attention_problem<T>& p, std::size_t i0, std::size_t br, const T* span,
                              std::size_t ld, std::size_t width) {
     for (std::size_t r = 0; r < br; ++r) {
       const T* u = span + r * ld;
-      T mx = neg_inf, l = T(0);
+      T mx = p.sink, l = T(0);
       for (std::size_t j = 0; j < width; ++j) mx = u[j] > mx ? u[j] : mx;
-      if (mx != neg_inf)
+      if (mx != neg_inf) {
+        l = std::exp(p.sink - mx);
         for (std::size_t j = 0; j < width; ++j) l += std::exp(u[j] - mx);
+      }
       p.row_stats[2 * (i0 + r)] = mx, p.row_stats[2 * (i0 + r) + 1] = l;
     }
   }
 
-  // Rows that see nothing give zeros, as softmax_rows gives for a row of −∞.
+  // Rows that see nothing give zeros, as softmax_rows gives for a row of −∞
+  // (the sink alone: its statistics).
   static void zero_rows(const attention_problem<T>& p, std::size_t i0, std::size_t br) {
+    const T l = p.sink == neg_inf ? T(0) : T(1);
     if (p.row_stats != nullptr)
-      for (std::size_t r = 0; r < br; ++r) p.row_stats[2 * (i0 + r)] = neg_inf, p.row_stats[2 * (i0 + r) + 1] = T(0);
+      for (std::size_t r = 0; r < br; ++r) p.row_stats[2 * (i0 + r)] = p.sink, p.row_stats[2 * (i0 + r) + 1] = l;
     for (std::size_t r = 0; r < br; ++r) {
       T* o = p.out.ptr(i0 + r, 0);
       for (std::size_t c = 0; c < p.v.cols; ++c) o[c] = T(0);

@@ -3,9 +3,10 @@
 // of
 //   term(q, k, c)   a similarity's term for component c; the score is the sum
 //                   of the terms over the components (the dot product's is q·k)
-//   modify(s, i, j) a score modifier: the new score from the score and the
-//                   query and key positions
-//   keep(i, j)      a predicate mask: false excludes key j from query i
+//   modify(s, i, j, b, h)  a score modifier: the new score from the score,
+//                   the query and key positions, and the slice's batch and
+//                   head indices (attention_problem's batch and head)
+//   keep(i, j, b, h)       a predicate mask: false excludes key j from query i
 // The first two are called on xsimd batches (W keys side by side, i and j as
 // values of the element type) and on scalars; keep on std::size_t indices.
 #pragma once
@@ -20,8 +21,8 @@ struct no_extension {};
 template <class Ext, class T>
 struct extension_traits {
   static constexpr bool has_term = requires(const Ext& e, T x) { e.term(x, x, std::size_t(0)); };
-  static constexpr bool modifies = requires(const Ext& e, T x) { e.modify(x, x, x); };
-  static constexpr bool keeps = requires(const Ext& e, std::size_t i) { e.keep(i, i); };
+  static constexpr bool modifies = requires(const Ext& e, T x, std::size_t b) { e.modify(x, x, x, b, b); };
+  static constexpr bool keeps = requires(const Ext& e, std::size_t i) { e.keep(i, i, i, i); };
 };
 
 }  // namespace qkv::kernels

@@ -22,6 +22,21 @@ void mask_causal(strided<T> s) {
   }
 }
 
+// s(i, j) = −∞ outside i' − left ≤ j ≤ i' + right, i' = i + (m − n).
+template <class T>
+void mask_window(strided<T> s, std::size_t left, std::size_t right) {
+  const auto n = static_cast<std::ptrdiff_t>(s.rows);
+  const auto m = static_cast<std::ptrdiff_t>(s.cols);
+  // Past m + n either bound keeps every key from every row.
+  const auto l = static_cast<std::ptrdiff_t>(left < s.rows + s.cols ? left : s.rows + s.cols);
+  const auto r = static_cast<std::ptrdiff_t>(right < s.rows + s.cols ? right : s.rows + s.cols);
+  for (std::ptrdiff_t i = 0; i < n; ++i) {
+    const std::ptrdiff_t ip = i + (m - n);
+    for (std::ptrdiff_t j = 0; j < m; ++j)
+      if (j < ip - l || j > ip + r) s(static_cast<std::size_t>(i), static_cast<std::size_t>(j)) = -std::numeric_limits<T>::infinity();
+  }
+}
+
 // s(i, j) = −∞ where keep(i, j) is false.
 template <class T>
 void mask_where_false(strided<T> s, strided<const bool> keep) {

@@ -23,13 +23,31 @@ struct score_transform {
   static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   using traits = extension_traits<Ext, T>;
 
-  // The last key (exclusive) that row i may see: all m, or i + (m − n) + 1 when causal.
+  // The keys row i may see, [key_begin, key_end): all m, cut by causal at
+  // i' + 1 and by a window to [i' − left, i' + right + 1), where
+  // i' = i + (m − n) is the row's position among the keys.
   static std::size_t key_end(const attention_problem<T>& p, std::size_t i) {
     const std::size_t n = p.q.rows, m = p.k.rows;
-    if (!p.causal) return m;
-    const std::ptrdiff_t end = static_cast<std::ptrdiff_t>(i + m) - static_cast<std::ptrdiff_t>(n) + 1;
+    std::size_t right = p.window_right;
+    if (p.causal) right = 0;  // (a window's right bound is at least 0)
+    if (right >= m + n) return m;  // no_bound, or past every key from any row
+    const std::ptrdiff_t end = static_cast<std::ptrdiff_t>(i + m + right) - static_cast<std::ptrdiff_t>(n) + 1;
     if (end <= 0) return 0;
     return static_cast<std::size_t>(end) < m ? static_cast<std::size_t>(end) : m;
+  }
+  static std::size_t key_begin(const attention_problem<T>& p, std::size_t i) {
+    const std::size_t n = p.q.rows, m = p.k.rows;
+    if (p.window_left >= m + n) return 0;
+    const std::ptrdiff_t begin =
+        static_cast<std::ptrdiff_t>(i + m) - static_cast<std::ptrdiff_t>(n + p.window_left);
+    if (begin <= 0) return 0;
+    return static_cast<std::size_t>(begin) < m ? static_cast<std::size_t>(begin) : m;
+  }
+  // Whether some row of [i0, i0 + rows) sees a key of [j0, j0 + cols) by
+  // the causal and window bounds (both grow with the row).
+  static bool bounds_keep_any(const attention_problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
+                              std::size_t cols) {
+    return rows > 0 && key_end(p, i0 + rows - 1) > j0 && key_begin(p, i0) < j0 + cols;
   }
 
   // The scores of row i for keys [j0, j0 + count), raw q·k in u on entry.
@@ -37,7 +55,7 @@ struct score_transform {
   // they are (and returns the scale); a causal cut may mask keys past them.
   static bool leaves(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count) {
     return p.bias.data == nullptr && p.col_bias.data == nullptr && p.scale > T(0) && !traits::modifies &&
-           key_end(p, i) >= j0 + count && p.mask.data == nullptr && !traits::keeps;
+           key_begin(p, i) <= j0 && key_end(p, i) >= j0 + count && p.mask.data == nullptr && !traits::keeps;
   }
 
   // Applies the biases, the modifier and the masks; returns the factor a > 0
@@ -69,12 +87,13 @@ struct score_transform {
         for (j = 0; j < count; ++j) u[j] += r;
       }
       if constexpr (traits::modifies) {
-        if constexpr (with_slope) modify_with_slope(ext, i, j0, count, u, slope);
-        else modify(ext, i, j0, count, u);
+        if constexpr (with_slope) modify_with_slope(ext, i, j0, count, u, slope, p.batch, p.head);
+        else modify(ext, i, j0, count, u, p.batch, p.head);
       }
       a = T(1);
     }
-    const std::size_t end = key_end(p, i);
+    const std::size_t begin = key_begin(p, i), end = key_end(p, i);
+    for (std::size_t j = 0; j < count && j0 + j < begin; ++j) u[j] = neg_inf;
     for (std::size_t j = end > j0 ? end - j0 : 0; j < count; ++j) u[j] = neg_inf;
     if (p.mask.data != nullptr) {
       const bool* keep = p.mask.ptr(i, j0);
@@ -82,51 +101,55 @@ struct score_transform {
         if (!keep[j]) u[j] = neg_inf;
     }
     if constexpr (traits::keeps) {
-      for (std::size_t j = 0; j < count; ++j) u[j] = ext.keep(i, j0 + j) ? u[j] : neg_inf;
+      for (std::size_t j = 0; j < count; ++j) u[j] = ext.keep(i, j0 + j, p.batch, p.head) ? u[j] : neg_inf;
     }
     return a;
   }
 
-  // s ← f(s, i, j) over a row: W keys at a time on batches, the tail on scalars.
-  static void modify(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u) {
+  // s ← f(s, i, j) over a row: W keys at a time on batches, the tail on
+  // scalars; b and h are the slice's batch and head.
+  static void modify(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u, std::size_t b,
+                     std::size_t h) {
     alignas(64) T lanes[W];
     for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
     const batch iota = batch::load_aligned(lanes), vi(static_cast<T>(i));
     std::size_t j = 0;
     for (; j + W <= count; j += W) {
       const batch vj = iota + batch(static_cast<T>(j0 + j));
-      batch(ext.modify(batch::load_unaligned(u + j), vi, vj)).store_unaligned(u + j);
+      batch(ext.modify(batch::load_unaligned(u + j), vi, vj, b, h)).store_unaligned(u + j);
     }
-    for (; j < count; ++j) u[j] = static_cast<T>(ext.modify(u[j], static_cast<T>(i), static_cast<T>(j0 + j)));
+    for (; j < count; ++j) u[j] = static_cast<T>(ext.modify(u[j], static_cast<T>(i), static_cast<T>(j0 + j), b, h));
   }
 
   // s ← f(s, i, j) and slope ← ∂f/∂s, calling f on dual numbers
   // (storage/dual.hpp): one call gives both.
-  static void modify_with_slope(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u, T* slope) {
+  static void modify_with_slope(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u, T* slope,
+                                std::size_t b, std::size_t h) {
     using D = dual<batch>;
     alignas(64) T lanes[W];
     for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
     const batch iota = batch::load_aligned(lanes), vi(static_cast<T>(i)), one(T(1));
     std::size_t j = 0;
     for (; j + W <= count; j += W) {
-      const D r = ext.modify(D(batch::load_unaligned(u + j), one), D(vi), D(iota + batch(static_cast<T>(j0 + j))));
+      const D r = ext.modify(D(batch::load_unaligned(u + j), one), D(vi), D(iota + batch(static_cast<T>(j0 + j))), b, h);
       r.v.store_unaligned(u + j);
       r.d.store_unaligned(slope + j);
     }
     for (; j < count; ++j) {
-      const dual<T> r = ext.modify(dual<T>(u[j], T(1)), dual<T>(static_cast<T>(i)), dual<T>(static_cast<T>(j0 + j)));
+      const dual<T> r =
+          ext.modify(dual<T>(u[j], T(1)), dual<T>(static_cast<T>(i)), dual<T>(static_cast<T>(j0 + j)), b, h);
       u[j] = r.v, slope[j] = r.d;
     }
   }
 
   // Whether the masks leave any pair of rows [i0, i0 + rows) and keys
   // [j0, j0 + cols) visible; a block they empty is skipped, never read.
-  // (The causal bound is the caller's: it never asks past the last key.)
   static bool keeps_any(const attention_problem<T>& p, const Ext& ext, std::size_t i0, std::size_t rows,
                         std::size_t j0, std::size_t cols) {
+    if (!bounds_keep_any(p, i0, rows, j0, cols)) return false;
     if (p.mask.data != nullptr && !mask_keeps_any(p, i0, rows, j0, cols)) return false;
     if constexpr (traits::keeps) {
-      if (!predicate_keeps_any(ext, i0, rows, j0, cols)) return false;
+      if (!predicate_keeps_any(ext, i0, rows, j0, cols, p.batch, p.head)) return false;
     }
     return true;
   }
@@ -145,14 +168,14 @@ struct score_transform {
   // (Each row is OR-reduced without an early exit, which the compiler can
   // vectorise for a predicate of plain comparisons.)
   static bool predicate_keeps_any(const Ext& ext, std::size_t i0, std::size_t rows, std::size_t j0,
-                                  std::size_t cols) {
-    if constexpr (requires { ext.keep_any(i0, i0, j0, j0); }) {
-      const int hint = ext.keep_any(i0, i0 + rows, j0, j0 + cols);
+                                  std::size_t cols, std::size_t b, std::size_t h) {
+    if constexpr (requires { ext.keep_any(i0, i0, j0, j0, b, h); }) {
+      const int hint = ext.keep_any(i0, i0 + rows, j0, j0 + cols, b, h);
       if (hint >= 0) return hint != 0;
     }
     for (std::size_t r = 0; r < rows; ++r) {
       bool any = false;
-      for (std::size_t j = 0; j < cols; ++j) any |= static_cast<bool>(ext.keep(i0 + r, j0 + j));
+      for (std::size_t j = 0; j < cols; ++j) any |= static_cast<bool>(ext.keep(i0 + r, j0 + j, b, h));
       if (any) return true;
     }
     return false;

@@ -17,13 +17,14 @@ struct softmax_kernel {
   using batch = xsimd::batch<T, Arch>;
   static constexpr std::size_t W = batch::size;
 
-  // Each row of x (col_stride 1) replaced by its softmax, in place.
-  static void run(strided<T> x) {
+  // Each row of x (col_stride 1) replaced by its softmax, in place; a sink
+  // (−∞: none) is one more logit in each denominator.
+  static void run(strided<T> x, T sink) {
     if (x.cols == 0) return;  // nothing to write; and no row pointer to form from an empty buffer
-    for (std::size_t i = 0; i < x.rows; ++i) row(x.ptr(i, 0), x.cols);
+    for (std::size_t i = 0; i < x.rows; ++i) row(x.ptr(i, 0), x.cols, sink);
   }
 
-  static void row(T* r, std::size_t n) {
+  static void row(T* r, std::size_t n, T sink = -std::numeric_limits<T>::infinity()) {
     constexpr T neg_inf = -std::numeric_limits<T>::infinity();
     const std::size_t body = n - n % W;
     const std::size_t tail = n - body;
@@ -37,8 +38,8 @@ struct softmax_kernel {
     vmax = xsimd::max(vmax, batch::load_aligned(last));
     alignas(64) T lanes[W];
     vmax.store_aligned(lanes);
-    T mx = lanes[0];
-    for (std::size_t j = 1; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
+    T mx = sink;
+    for (std::size_t j = 0; j < W; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
 
     if (mx == neg_inf) {  // every score masked: zeros (a NaN still poisons the row)
       bool nan = false;
@@ -67,7 +68,8 @@ struct softmax_kernel {
     elast.store_aligned(last);
     sum1 += elast;
 
-    const batch vsum(xsimd::hadd(sum0 + sum1));
+    const T from_sink = xsimd::exp(batch(sink) - vm).get(0);  // 0 for no sink
+    const batch vsum(xsimd::hadd(sum0 + sum1) + from_sink);
     for (j = 0; j < body; j += W) divide(batch::load_unaligned(r + j), vsum).store_unaligned(r + j);
     divide(batch::load_aligned(last), vsum).store_aligned(last);
     for (std::size_t t = 0; t < tail; ++t) r[body + t] = last[t];

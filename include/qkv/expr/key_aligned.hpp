@@ -1,0 +1,106 @@
+// key_aligned(f): a score modifier or a predicate that sees the query's
+// position among the keys, i' = i + (m − n), instead of its row i of Q: the
+// alignment causal and window use, with the last query at the last key. With
+// a cache (n < m) the new queries are the last positions of the sequence:
+//   auto alibi = qkv::key_aligned([](auto s, auto i, auto j) { return s - 0.5f * (i - j); });
+//   auto pred = qkv::key_aligned([](auto i, auto j) { return j <= i && i - j < 256; });
+// The node that takes it (score_mod, masked) tells it m − n. A modifier gets
+// i' as a value of the element type; a predicate gets i' and j as
+// std::ptrdiff_t (i' < 0 for the first n − m rows when n > m), and so does a
+// block hint any(i0, i1, j0, j1) the predicate has.
+#pragma once
+
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+namespace qkv {
+
+template <class F>
+class key_aligned_t {
+ public:
+  explicit key_aligned_t(F f) : f_(std::move(f)) {}
+
+  const F& function() const { return f_; }
+  std::ptrdiff_t offset() const { return offset_; }
+  // What f reads, for the walks that look inside functors (aliasing, gradients).
+  auto operands() const
+    requires requires(const F& f) { f.operands(); }
+  {
+    return f_.operands();
+  }
+  // The shape of the scores it is applied to (score_mod and masked call it).
+  void place(std::size_t rows, std::size_t cols) {
+    offset_ = static_cast<std::ptrdiff_t>(cols) - static_cast<std::ptrdiff_t>(rows);
+  }
+
+  // Modifiers: f(s, i', j) and f(s, b, h, i', j).
+  template <class V>
+    requires requires(const F& f, const V& v) { f(v, v, v); }
+  auto operator()(const V& s, const V& i, const V& j) const {
+    return f_(s, i + shift<V>(), j);
+  }
+  template <class V>
+    requires requires(const F& f, const V& v, std::size_t b) { f(v, b, b, v, v); }
+  auto operator()(const V& s, std::size_t b, std::size_t h, const V& i, const V& j) const {
+    return f_(s, b, h, i + shift<V>(), j);
+  }
+
+  // Predicates: pred(i', j) and pred(b, h, i', j), on signed positions.
+  bool operator()(std::size_t i, std::size_t j) const
+    requires requires(const F& f, std::ptrdiff_t x) { f(x, x); }
+  {
+    return static_cast<bool>(f_(row(i), static_cast<std::ptrdiff_t>(j)));
+  }
+  bool operator()(std::size_t b, std::size_t h, std::size_t i, std::size_t j) const
+    requires requires(const F& f, std::size_t x, std::ptrdiff_t y) { f(x, x, y, y); }
+  {
+    return static_cast<bool>(f_(b, h, row(i), static_cast<std::ptrdiff_t>(j)));
+  }
+  // Block hints, in the same coordinates.
+  bool any(std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const
+    requires requires(const F& f, std::ptrdiff_t x) { f.any(x, x, x, x); }
+  {
+    return f_.any(row(i0), row(i1), static_cast<std::ptrdiff_t>(j0), static_cast<std::ptrdiff_t>(j1));
+  }
+  bool any(std::size_t b, std::size_t h, std::size_t i0, std::size_t i1, std::size_t j0, std::size_t j1) const
+    requires requires(const F& f, std::size_t x, std::ptrdiff_t y) { f.any(x, x, y, y, y, y); }
+  {
+    return f_.any(b, h, row(i0), row(i1), static_cast<std::ptrdiff_t>(j0), static_cast<std::ptrdiff_t>(j1));
+  }
+
+ private:
+  std::ptrdiff_t row(std::size_t i) const { return static_cast<std::ptrdiff_t>(i) + offset_; }
+  // The offset as a V: a number, an xsimd batch or a dual number of them.
+  template <class V>
+  V shift() const {
+    if constexpr (requires { typename V::element_type; }) return V(static_cast<typename V::element_type>(offset_));
+    else if constexpr (requires { typename V::value_type; }) return V(static_cast<typename V::value_type>(offset_));
+    else return static_cast<V>(offset_);
+  }
+
+  [[no_unique_address]] F f_;
+  std::ptrdiff_t offset_ = 0;
+};
+
+template <class F>
+key_aligned_t<F> key_aligned(F f) {
+  return key_aligned_t<F>(std::move(f));
+}
+
+namespace detail {
+
+template <class F>
+inline constexpr bool is_key_aligned_v = false;
+template <class F>
+inline constexpr bool is_key_aligned_v<key_aligned_t<F>> = true;
+
+// Tells a key_aligned functor the shape of its scores; others need nothing.
+template <class F>
+void place_functor(F& f, std::size_t rows, std::size_t cols) {
+  if constexpr (is_key_aligned_v<F>) f.place(rows, cols);
+}
+
+}  // namespace detail
+
+}  // namespace qkv
