@@ -1,6 +1,8 @@
 // The extension points, fused against naive, at T = 4096, d = 64, one thread:
 // every built-in similarity, a user similarity equal to the dot product, the
-// extension guide's two examples, ALiBi and a sliding-window predicate; and
+// extension guide's two examples, ALiBi, a sliding window of 256 keys as the
+// window node (alone, and with a key-aligned ALiBi in the user's unit) and
+// as the equivalent predicate (with and without its block hint); and
 // a batched layer (B = 2, 8 query heads on 2 key heads, T = 512) with a
 // soft-capped window, on one thread and on all.
 // Built twice: qkv_extension_bench with the README's flags (-O2, no -m flag:
@@ -104,6 +106,10 @@ int register_all() {
   add("soft_cap_causal", [](inputs& x) { return softmax(causal(score_mod(x.Q * transpose(x.K), soft_cap))) * x.V; });
   add("alibi_causal", [dk](inputs& x) { return softmax(causal(score_mod(x.Q * transpose(x.K) / sqrt(dk), alibi))) * x.V; });
   add("causal", [dk](inputs& x) { return softmax(causal(x.Q * transpose(x.K) / sqrt(dk))) * x.V; });
+  add("window256_node", [dk](inputs& x) { return softmax(window(x.Q * transpose(x.K) / sqrt(dk), 256)) * x.V; });
+  add("window256_node_alibi", [dk](inputs& x) {
+    return softmax(window(score_mod(x.Q * transpose(x.K) / sqrt(dk), key_aligned(alibi)), 256)) * x.V;
+  });
   add("window256", [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), band)) * x.V; });
   add("window256_hint",
       [dk](inputs& x) { return softmax(masked(x.Q * transpose(x.K) / sqrt(dk), window_with_hint{})) * x.V; });

@@ -1,6 +1,8 @@
-// Partial results (eval/lse.hpp), one thread: eval_with_lse against eval at
-// T = 4096, d = 64, with and without causal (the log-sum-exp is kept by the
-// kernel: the difference is a logarithm per row); and decoding 4 queries
+// Partial results (eval/lse.hpp) and sinks, one thread: eval_with_lse
+// against eval at T = 4096, d = 64, with and without causal (the log-sum-exp
+// is kept by the kernel: the difference is a logarithm per row), and eval
+// with a sink (softmax(S, sink): one more term that starts each row's
+// maximum and sum) against eval without; and decoding 4 queries
 // from a cache of 131072 keys, d = 128, whole against its two halves each
 // with eval_with_lse, then merge.
 //   cmake -S . -B build -DQKV_BUILD_BENCHMARKS=ON && cmake --build build -j2 --target qkv_lse_bench
@@ -28,13 +30,15 @@ mat random(std::size_t r, std::size_t c, unsigned seed) {
 
 constexpr std::size_t T = 4096, d = 64;
 
-template <bool causal_, bool with_lse>
+enum class mode { eval, with_lse, sink };
+
+template <bool causal_, mode how>
 void prefill(benchmark::State& state) {
   set_threads(1);
   const mat Q = random(T, d, 1), K = random(T, d, 2), V = random(T, d, 3);
   const auto run = [&](const auto& e) {
     for (auto _ : state) {
-      if constexpr (with_lse) {
+      if constexpr (how == mode::with_lse) {
         auto r = eval_with_lse(e);
         benchmark::DoNotOptimize(r.second.data());
       } else {
@@ -43,8 +47,13 @@ void prefill(benchmark::State& state) {
       }
     }
   };
-  if constexpr (causal_) run(softmax(causal(Q * transpose(K)) / 8.0f) * V);
-  else run(softmax(Q * transpose(K) / 8.0f) * V);
+  if constexpr (how == mode::sink) {
+    if constexpr (causal_) run(softmax(causal(Q * transpose(K)) / 8.0f, 0.5f) * V);
+    else run(softmax(Q * transpose(K) / 8.0f, 0.5f) * V);
+  } else {
+    if constexpr (causal_) run(softmax(causal(Q * transpose(K)) / 8.0f) * V);
+    else run(softmax(Q * transpose(K) / 8.0f) * V);
+  }
 }
 
 constexpr std::size_t n = 4, m = 131072, dv = 128;
@@ -74,9 +83,11 @@ void decode_halves_merged(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(prefill<false, false>)->Name("eval/T=4096/d=64/causal=0")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(prefill<false, true>)->Name("eval_with_lse/T=4096/d=64/causal=0")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(prefill<true, false>)->Name("eval/T=4096/d=64/causal=1")->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(prefill<true, true>)->Name("eval_with_lse/T=4096/d=64/causal=1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(prefill<false, mode::eval>)->Name("eval/T=4096/d=64/causal=0")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(prefill<false, mode::with_lse>)->Name("eval_with_lse/T=4096/d=64/causal=0")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(prefill<false, mode::sink>)->Name("eval_sink/T=4096/d=64/causal=0")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(prefill<true, mode::eval>)->Name("eval/T=4096/d=64/causal=1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(prefill<true, mode::with_lse>)->Name("eval_with_lse/T=4096/d=64/causal=1")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(prefill<true, mode::sink>)->Name("eval_sink/T=4096/d=64/causal=1")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(decode_whole)->Name("decode_whole/n=4/m=131072/d=128")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(decode_halves_merged)->Name("decode_halves_merged/n=4/m=131072/d=128")->Unit(benchmark::kMicrosecond)->UseRealTime();
