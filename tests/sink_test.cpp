@@ -115,7 +115,8 @@ TEMPLATE_TEST_CASE("softmax(S, sink) with a number: naive and fused against the 
 
 TEST_CASE("softmax(S, sinks) per head on rank-4 tensors: each head with its own number", "[sink][tensor]") {
   constexpr std::size_t d = 16;
-  const auto [n, m] = GENERATE(table<std::size_t, std::size_t>({{70, 300}, {3, 130}, {1, 50}}));
+  // {70, 30}: causal with n > m, the first 40 rows of every head see nothing.
+  const auto [n, m] = GENERATE(table<std::size_t, std::size_t>({{70, 300}, {3, 130}, {1, 50}, {70, 30}}));
   const std::size_t B = 2, H = 4, Hk = 2;
   INFO("n = " << n << ", m = " << m);
   ref::rng rng(std::uint32_t(n + m));
@@ -131,6 +132,11 @@ TEST_CASE("softmax(S, sinks) per head on rank-4 tensors: each head with its own 
       const auto q = Q.matrix_at(b, h), k = K.matrix_at(b, h / 2), v = V.matrix_at(b, h / 2);
       CHECK(same_bits(fused_o.matrix_at(b, h), eval(softmax(causal(q * transpose(k)), sinks(0, h)) * v)));
       CHECK(same_bits(naive_o.matrix_at(b, h), eval(softmax(causal(q * transpose(k)), sinks(0, h)) * v, naive)));
+      for (std::size_t i = 0; i + m < n; ++i) {
+        INFO("row " << i << " sees nothing: zeros");
+        CHECK(zero_row(fused_o.matrix_at(b, h), i));
+        CHECK(zero_row(naive_o.matrix_at(b, h), i));
+      }
     }
   // A matrix expression has one head: a 1 × 1 matrix is its sink.
   matrix<float, dyn, dyn> q(n, d), k(m, d), v(m, d), one(1, 1);
