@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <type_traits>
 
 using namespace qkv;
 
@@ -111,5 +113,44 @@ TEST_CASE("gradients of the batch/head forms on tensors: each slice as its matri
         CHECK(test::same_bits(dK.matrix_at(b, h), dk));
         CHECK(test::same_bits(dV.matrix_at(b, h), dv));
       }
+  }
+}
+
+TEST_CASE("the gradient with respect to per-head sinks: central differences, node by node and fused", "[gradient][sink]") {
+  const std::size_t B = 2, H = 4, Hk = 2, n = 37, m = 50, d = 8;
+  ref::rng rng(11);
+  tensor<double, dyn, dyn, dyn, dyn> Q(B, H, n, d), K(B, Hk, m, d), V(B, Hk, m, d), dO(B, H, n, d);
+  test::fill(Q, rng, -2, 2), test::fill(K, rng, -2, 2), test::fill(V, rng), test::fill(dO, rng);
+  matrix<double, 1, dyn> sinks(1, H);
+  for (std::size_t h = 0; h < H; ++h) sinks(0, h) = 0.5 * double(h) - 0.75;
+  // Each row sees its 10 keys of the window and the sink of its head.
+  const auto e = [&] { return softmax(window(causal(Q * transpose(K) / 2.0), 9, 0), sinks) * V; };
+  const auto loss = [&] {
+    const auto o = eval(e(), naive);
+    ref::real s = 0;
+    for (std::size_t x = 0; x < o.size(); ++x) s += static_cast<ref::real>(o.data()[x]) * dO.data()[x];
+    return s;
+  };
+  for (const bool fused_pass : {false, true}) {
+    INFO((fused_pass ? "fused" : "node by node"));
+    const auto [dS, dQ] = fused_pass ? gradient(e(), dO, wrt(sinks, Q), fused) : gradient(e(), dO, wrt(sinks, Q), naive);
+    static_assert(std::is_same_v<std::remove_cvref_t<decltype(dS)>, matrix<double, 1, dyn>>);
+    REQUIRE(dS.cols() == H);
+    for (std::size_t h = 0; h < H; ++h) {
+      INFO("head " << h);
+      // Central differences, step 1e-5: O(h²) of the third derivative (below
+      // 1e-9 for these few-unit scores) plus the loss's rounding over 2h
+      // (1e-16 / 1e-5): 1e-7 covers both, against gradients of order 1.
+      const double keep = sinks(0, h), step = 1e-5;
+      sinks(0, h) = keep + step;
+      const ref::real up = loss();
+      sinks(0, h) = keep - step;
+      const ref::real down = loss();
+      sinks(0, h) = keep;
+      const double want = static_cast<double>((up - down) / (2 * step));
+      CHECK(std::fabs(dS(0, h) - want) <= 1e-7);
+      CHECK(dS(0, h) != 0);
+    }
+    (void)dQ;
   }
 }

@@ -201,3 +201,15 @@ TEST_CASE("window: cost counts the visible pairs; explain names it", "[window][c
   CHECK(win.exps == std::size_t(visible));
   CHECK(explain(softmax(window(Q * transpose(K), 256)) * V).find("window") != std::string::npos);
 }
+
+TEST_CASE("window: the same bits on 1, 2 and 3 threads", "[window][threads]") {
+  inputs<float> in(300, 2000, 64, 64, 64, 17, 2);
+  const auto e = softmax(window(in.Q * transpose(in.K) / 8.0f, 200, 3)) * in.V;
+  test::threads_guard guard;
+  set_threads(1);
+  const auto one = eval(e);
+  for (std::size_t t : {2, 3}) {
+    set_threads(t);
+    CHECK(same_bits(eval(e), one));
+  }
+}

@@ -81,8 +81,8 @@ void for_each_functor_leaf(const Fn& fn, F& f) {
 }
 
 // Calls f(leaf) for every storage leaf e reads: its operands', what its
-// evaluator reads besides (a similarity's queries(Q) and keys(K)), and what
-// its functors name.
+// evaluator reads besides (a similarity's queries(Q) and keys(K)), what its
+// functors name, and a softmax's sinks.
 template <class E, class F>
 void for_each_leaf(const E& e, F& f) {
   if constexpr (leaf<E> || tensor_leaf<E>) {
@@ -94,6 +94,8 @@ void for_each_leaf(const E& e, F& f) {
     }
     if constexpr (requires { e.function(); }) for_each_functor_leaf(e.function(), f);
     if constexpr (requires { e.predicate(); }) for_each_functor_leaf(e.predicate(), f);
+    if constexpr (requires { e.sink_leaf(); })  // a softmax's matrix of per-head sinks
+      if (e.sink_leaf() != nullptr) f(*e.sink_leaf());
   }
 }
 

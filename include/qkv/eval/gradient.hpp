@@ -192,6 +192,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
       return gradients<T, bare_t<decltype(t)>...>{sliced, {grad_matrix<T>(t.rows(), t.cols())...}, true, nullptr};
     }, targets);
     propagate_attention(parts[x], dq[x], dk[x], dv[x], acc);
+    fused_sink_backprop(parts[x], d_o[x], forward[x].out, forward[x].row_stats.data(), acc);
     add_slice_sums(e, w, at[x], sums, acc.sums);
   }
   return true;

@@ -39,6 +39,7 @@
 #include "eval.hpp"
 #include "strategy.hpp"
 
+#include <cmath>
 #include <concepts>
 #include <cstddef>
 #include <limits>
@@ -356,6 +357,40 @@ kernels::strided<T> view_of(M& x) {
   else return v;
 }
 
+// A softmax's per-head sinks, where a target names them: dσ_h, added at
+// (0, h) of that target's sum, from each row's sink weight p_i and its
+// Σ_j P_ij G_ij, as dσ = −Σ_i p_i Σ_j P_ij G_ij (G the gradient reaching
+// the weights P).
+template <class T, class Softmax, class PG, class... X>
+void sink_backprop(const Softmax& s, std::size_t rows, PG sink_weight_times_pg, gradients<T, X...>& acc) {
+  const auto* leaf = s.sink_leaf();
+  if (leaf == nullptr) return;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    const auto add = [&](auto& sum, const auto& target) {
+      if (!same_leaf(*leaf, target)) return;
+      T d = 0;
+      for (std::size_t i = 0; i < rows; ++i) d -= sink_weight_times_pg(i);
+      sum(0, s.head_index()) += d;
+    };
+    (add(std::get<I>(acc.sums), std::get<I>(acc.targets.leaves)), ...);
+  }(std::index_sequence_for<X...>{});
+}
+
+// The same in the fused backward: p_i = exp(σ − m_i) / l_i from the row
+// statistics, and Σ_j P_ij G_ij = D_i = Σ_c dO_ic O_ic (O = P V).
+template <class T, class E, class... X>
+void fused_sink_backprop(const E& e, const grad_matrix<T>& d_out, const grad_matrix<T>& out, const T* stats,
+                         gradients<T, X...>& acc) {
+  const auto& s = e.lhs();
+  const T sigma = static_cast<T>(s.sink());
+  sink_backprop(s, out.rows(), [&](std::size_t i) {
+    const T m = stats[2 * i], l = stats[2 * i + 1];
+    T d = 0;
+    for (std::size_t c = 0; c < out.cols(); ++c) d += d_out(i, c) * out(i, c);
+    return l == T(0) ? T(0) : std::exp(sigma - m) / l * d;
+  }, acc);
+}
+
 // dQ, dK and dV of attention e on into Q, K and V as written in e.
 template <class T, class E, class... X>
 void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix<T>& dk, const grad_matrix<T>& dv,
@@ -402,6 +437,7 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
   run_backward(&problem, &grads, 1, ext);
   if constexpr (has_norm_sums<E>) norms.fold(problem, dq, dk_);
   propagate_attention(e, dq, dk_, dv_, acc);
+  fused_sink_backprop(e, g, f.out, f.row_stats.data(), acc);
 }
 
 template <class T, class A, class... X>
@@ -425,6 +461,19 @@ void backprop(const elementwise_expr<A, B, Op>& e, const grad_matrix<T>& g, grad
 
 template <class T, class A, class... X>
 void backprop(const softmax_expr<A>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  if (e.sink_leaf() != nullptr) {
+    // The sink's weight in each row, exp(σ − M) / (exp(σ − M) + Σ_j exp(s_ij − M)), M the larger of σ and the row's maximum.
+    const grad_matrix<T> s = value_of<T>(e.arg()), p = value_of<T>(e);
+    const T sigma = static_cast<T>(e.sink());
+    sink_backprop(e, s.rows(), [&](std::size_t i) {
+      T mx = sigma, pg = 0;
+      for (std::size_t j = 0; j < s.cols(); ++j) mx = s(i, j) > mx ? s(i, j) : mx;
+      if (mx == -std::numeric_limits<T>::infinity()) return T(0);  // a sink of −∞ in a row that sees nothing
+      T den = std::exp(sigma - mx);
+      for (std::size_t j = 0; j < s.cols(); ++j) den += std::exp(s(i, j) - mx), pg += p(i, j) * g(i, j);
+      return std::exp(sigma - mx) / den * pg;
+    }, acc);
+  }
   backprop_into(e.arg(), [&] {
     const grad_matrix<T> p = value_of<T>(e);
     grad_matrix<T> ds(p.rows(), p.cols());

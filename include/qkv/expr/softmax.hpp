@@ -4,11 +4,13 @@
 // per head (a 1 × H matrix, for scores with H heads), broadcast over the batch.
 #pragma once
 
+#include "../storage/matrix_view.hpp"
 #include "node.hpp"
 
 #include <cstddef>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -34,6 +36,12 @@ class softmax_expr : public detail::same_shape_unary<X>, public detail::slice_po
     heads_ = std::move(heads);
     sink_ = (*heads_)[0];
   }
+  // The user's matrix of per-head sinks, when its elements are of the type
+  // the softmax computes in: a leaf that gradient(e, dO, wrt(sinks)) may
+  // name (the values are copied, so nothing else reads it). Null otherwise.
+  using sink_leaf_type = matrix_view<const C, dyn, dyn>;
+  const sink_leaf_type* sink_leaf() const { return leaf_ ? &*leaf_ : nullptr; }
+  void set_sink_leaf(const sink_leaf_type& m) { leaf_ = m; }
   void at_slice(batch_extents index) {
     slice_position::at_slice(index);
     if (heads_ != nullptr) sink_ = (*heads_)[index[1]];
@@ -44,6 +52,7 @@ class softmax_expr : public detail::same_shape_unary<X>, public detail::slice_po
     softmax_expr<detail::closure_t<Y&&>> r(std::forward<Y>(y));
     r.heads_ = heads_;
     r.sink_ = sink_;
+    r.leaf_ = leaf_;
     r.slice_position::at_slice(position());
     return r;
   }
@@ -58,6 +67,7 @@ class softmax_expr : public detail::same_shape_unary<X>, public detail::slice_po
   friend class softmax_expr;
   C sink_ = -std::numeric_limits<C>::infinity();
   std::shared_ptr<const std::vector<C>> heads_;
+  std::optional<sink_leaf_type> leaf_;
 };
 
 template <class E>
@@ -100,6 +110,7 @@ auto softmax(X&& x, const M& sinks) {
   for (std::size_t k = 0; k < h; ++k) (*values)[k] = static_cast<C>(sinks(0, k));
   softmax_expr<detail::closure_t<X&&>> r(std::forward<X>(x));
   r.set_head_sinks(std::move(values));
+  if constexpr (std::is_same_v<std::remove_const_t<value_type_t<m_t>>, C>) r.set_sink_leaf(matrix_view<const C, dyn, dyn>(sinks));
   return r;
 }
 
