@@ -293,3 +293,25 @@ TEST_CASE("2-byte inputs: explain says they are evaluated in float, K and V read
         "  node by node: normalize_rows(X)\n  node by node: normalize_rows(X)\n");
   CHECK(explain(Q * transpose(K)) == "in float: the 2-byte inputs converted, the result rounded once\nnode by node: A * B\n");
 }
+
+TEMPLATE_TEST_CASE("eval_into a 2-byte destination: eval(e)'s bits, matrices and tensors", "[half]", bf16, f16) {
+  using T = TestType;
+  ref::rng rng(31);
+  matrix<T, dyn, dyn> Q(37, 16), K(50, 16), V(50, 8);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V);
+  const auto e = softmax(causal(Q * transpose(K)) * 0.25f) * V;
+  matrix<T, dyn, dyn> into(37, 8);
+  eval_into(into, e);
+  CHECK(same_bits(into, eval(e)));
+  eval_into(into, e, naive);
+  CHECK(same_bits(into, eval(e, naive)));
+  tensor<T, 2, 2, dyn, 16> TQ(37), TK(50);
+  tensor<T, 2, 2, dyn, 8> TV(50), TO(37);
+  for (std::size_t x = 0; x < TQ.size(); ++x) TQ.data()[x] = T(float(x % 11) / 11);
+  for (std::size_t x = 0; x < TK.size(); ++x) TK.data()[x] = T(float(x % 7) / 7);
+  for (std::size_t x = 0; x < TV.size(); ++x) TV.data()[x] = T(float(x % 5) / 5);
+  const auto te = softmax(TQ * transpose(TK)) * TV;
+  eval_into(TO, te);
+  const auto want = eval(te);
+  CHECK(test::same_bits_tensor(TO, want));
+}

@@ -244,7 +244,8 @@ void evaluate_into_matrix(Dst&& dst, const E& e) {
 
 template <class Policy, class Dst, class E>
 void evaluate_into(Dst&& dst, const E& e) {
-  if constexpr (reads_half<E>()) {
+  // (Storage itself is copied as it is: its 2-byte values need no float.)
+  if constexpr (reads_half<E>() && !leaf<E> && !tensor_leaf<E>) {
     // A float destination gets the float result; any other, the rounded one,
     // whose type then must be dst's.
     if constexpr (std::is_same_v<std::remove_const_t<value_type_t<bare_t<Dst>>>, float>) {
