@@ -1,8 +1,12 @@
 # cmake --install puts the headers, the kernel library, a CMake package
-# (find_package(qkv 0.1) → qkv::qkv, with a version file) and qkv.pc.
+# (find_package(qkv 0.1) → qkv::qkv, and qkv::mpi where it was built, with a
+# version file) and qkv.pc (its variable mpi: yes or no).
 include(CMakePackageConfigHelpers)
 
 install(TARGETS qkv EXPORT qkvTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+if(QKV_HAS_MPI)
+  install(TARGETS qkv_mpi EXPORT qkvTargets)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/qkv DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
 set(QKV_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/qkv)
@@ -16,5 +20,10 @@ install(FILES ${PROJECT_BINARY_DIR}/qkvConfig.cmake ${PROJECT_BINARY_DIR}/qkvCon
 
 # qkv.pc finds its prefix from where it lies, so the install can move.
 file(RELATIVE_PATH QKV_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
+if(QKV_HAS_MPI)
+  set(QKV_PC_MPI yes)
+else()
+  set(QKV_PC_MPI no)
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/qkv.pc.in ${PROJECT_BINARY_DIR}/qkv.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/qkv.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

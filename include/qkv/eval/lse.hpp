@@ -16,6 +16,7 @@
 #include "../storage/matrix.hpp"
 #include "../storage/tensor.hpp"
 #include "eval.hpp"
+#include "part.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -45,51 +46,6 @@ struct lse_result<E, T, 4> {
 };
 template <class E>
 using lse_t = typename lse_result<bare_t<E>>::type;
-
-template <class T>
-T lse_of(T m, T l) {
-  return l == T(0) ? -std::numeric_limits<T>::infinity() : m + std::log(l);
-}
-
-// The problems of e (one per batch index), each keeping its row statistics
-// in stats, run in one call; L from them. out holds e's shape in T.
-template <class E, class Out, class L>
-void attention_with_lse(const E& e, Out& out, L& lse) {
-  using T = compute_t<value_type_t<E>>;
-  std::vector<T> stats;
-  if constexpr (is_batched_v<E>) {
-    const batch_extents b = batch_of(e);
-    const std::size_t count = b[0] * b[1], n = e.rows();
-    std::vector<fused_operands_t<E>> keep(count);
-    std::vector<fused_problem_t<E>> problems;
-    problems.reserve(count);
-    std::optional<fused_extension_t<E>> ext;
-    stats.assign(2 * n * count, T(0));
-    const auto view = out.view();
-    for_each_batch_index(b, [&](batch_extents i) {
-      const auto o = view.batch_matrix(i);
-      fused_extension_t<E> mine;
-      problems.push_back(attention_problem_of<best_policy>(slice(e, i), dense(o.data(), o.rows(), o.cols(), o.row_stride()),
-                                                           keep[problems.size()], mine));
-      problems.back().row_stats = stats.data() + 2 * n * (problems.size() - 1);
-      if (!ext) ext.emplace(std::move(mine));
-    });
-    for (std::size_t x = 0; x < count; ++x)
-      for (std::size_t r = 0; r < n; ++r) stats[2 * (x * n + r)] = -std::numeric_limits<T>::infinity();
-    if (ext) run_attention(problems.data(), problems.size(), *ext);
-    for (std::size_t k = 0; k < count * n; ++k) lse.data()[k] = lse_of(stats[2 * k], stats[2 * k + 1]);
-  } else {
-    const std::size_t n = e.rows();
-    fused_operands_t<E> keep;
-    fused_extension_t<E> ext;
-    auto problem = attention_problem_of<best_policy>(e, dense(out.data(), out.rows(), out.cols(), out.row_stride()), keep, ext);
-    stats.assign(2 * n, T(0));
-    for (std::size_t r = 0; r < n; ++r) stats[2 * r] = -std::numeric_limits<T>::infinity();
-    problem.row_stats = stats.data();
-    run_attention(&problem, 1, ext);
-    for (std::size_t r = 0; r < n; ++r) lse(r, 0) = lse_of(stats[2 * r], stats[2 * r + 1]);
-  }
-}
 
 template <class X>
 auto shape_of(const X& x) {
@@ -121,6 +77,19 @@ std::size_t batch_count(const X& x) {
   } else {
     return 1;
   }
+}
+
+// e's output into out (e's shape in T) and each row's log-sum-exp into lse.
+template <class E, class Out, class L>
+void attention_with_lse(const E& e, Out& out, L& lse) {
+  using T = compute_t<value_type_t<E>>;
+  const std::size_t stride = [&] {
+    if constexpr (is_batched_v<E>) return out.cols();
+    else return out.row_stride();
+  }();
+  std::vector<T> stats(2 * e.rows() * batch_count(out));
+  attention_part(e, out.data(), stride, stats.data(), sequence_part{});
+  for (std::size_t k = 0; k < stats.size() / 2; ++k) lse.data()[k] = lse_of(stats[2 * k], stats[2 * k + 1]);
 }
 
 }  // namespace detail
@@ -188,7 +157,6 @@ auto merge(const O1& o1, const L1& l1, const O2& o2, const L2& l2) {
     if constexpr (tensor_leaf<O1>) return std::pair<OR, LR>{OR(o1.extents()), LR(l1.extents())};
     else return std::pair<OR, LR>{OR(o1.rows(), o1.cols()), LR(l1.rows(), 1)};
   }();
-  const T inf = std::numeric_limits<T>::infinity();
   V* out = result.first.data();  // owning, dense: batch by batch, row by row
   T* lse = result.second.data();
   for (std::size_t k = 0; k < detail::batch_count(o1); ++k) {
@@ -196,21 +164,9 @@ auto merge(const O1& o1, const L1& l1, const O2& o2, const L2& l2) {
     const auto la = detail::batch_at(l1, k), lb = detail::batch_at(l2, k);
     const std::size_t n = a.rows(), d = a.cols();
     for (std::size_t i = 0; i < n; ++i) {
-      const T x = la(i, 0), y = lb(i, 0), m = x > y ? x : y;
-      V* o = out + (k * n + i) * d;
-      if (m == -inf) {
-        lse[k * n + i] = -inf;
-        for (std::size_t c = 0; c < d; ++c) o[c] = V(0);
-        continue;
-      }
-      const T wa = std::exp(x - m), wb = std::exp(y - m), s = wa + wb;
-      lse[k * n + i] = m + std::log(s);
-      for (std::size_t c = 0; c < d; ++c) {
-        const T va = static_cast<T>(static_cast<compute_t<V>>(a(i, c))), vb = static_cast<T>(static_cast<compute_t<V>>(b(i, c)));
-        // A part that weighs 0 does not read its output (anything, for a row it never saw).
-        const T sum = wb == T(0) ? wa * va : wa == T(0) ? wb * vb : wa * va + wb * vb;
-        o[c] = static_cast<V>(sum / s);
-      }
+      lse[k * n + i] = detail::merge_rows(
+          la(i, 0), [&](std::size_t c) { return static_cast<compute_t<V>>(a(i, c)); }, lb(i, 0),
+          [&](std::size_t c) { return static_cast<compute_t<V>>(b(i, c)); }, d, out + (k * n + i) * d);
     }
   }
   return result;

@@ -29,11 +29,15 @@ struct attention_problem {
   strided<const T> row_bias{nullptr, 0, 0, 0, 1};  // n×1, added to row i before the modifier (−‖q_i‖² of
                                                     // neg_sq_l2); softmax alone ignores it; none when null
   T row_scale = T(1);
-  bool causal = false;   // keys j > i + (m − n) excluded
-  // A window: keys outside [i' − window_left, i' + window_right] excluded,
-  // i' = i + (m − n) (causal's alignment); no_bound on a side: none there.
+  bool causal = false;   // keys j > i' excluded
+  // A window: keys outside [i' − window_left, i' + window_right] excluded;
+  // no_bound on a side: none there.
   static constexpr std::size_t no_bound = std::numeric_limits<std::size_t>::max();
   std::size_t window_left = no_bound, window_right = no_bound;
+  // Row i's position among the keys is i' = i + (m − n) + diagonal_shift:
+  // the last query at the last key, unless the problem is part of a longer
+  // one (its rows and keys slices of the whole sequence, eval/part.hpp).
+  std::ptrdiff_t diagonal_shift = 0;
   strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
   // Q holds values of S (it was stored as S, converted exactly): the kernel
   // may multiply in S and round the weights to S, as attention on bf16
@@ -61,7 +65,7 @@ struct attention_problem {
     attention_problem<T> p{q, {nullptr, k.rows, k.cols, 0, 1}, {nullptr, v.rows, v.cols, 0, 1}, out, scale};
     p.bias = bias, p.bias_scale = bias_scale, p.col_bias = col_bias, p.col_scale = col_scale;
     p.row_bias = row_bias, p.row_scale = row_scale, p.causal = causal, p.mask = mask;
-    p.window_left = window_left, p.window_right = window_right;
+    p.window_left = window_left, p.window_right = window_right, p.diagonal_shift = diagonal_shift;
     p.queries_in_storage_type = queries_in_storage_type, p.sink = sink, p.batch = batch, p.head = head;
     p.row_stats = row_stats;
     return p;

@@ -8,6 +8,7 @@
 #include "../storage/dual.hpp"
 #include "attention_problem.hpp"
 #include "extension.hpp"
+#include "key_bounds.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -23,31 +24,12 @@ struct score_transform {
   static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   using traits = extension_traits<Ext, T>;
 
-  // The keys row i may see, [key_begin, key_end): all m, cut by causal at
-  // i' + 1 and by a window to [i' − left, i' + right + 1), where
-  // i' = i + (m − n) is the row's position among the keys.
-  static std::size_t key_end(const attention_problem<T>& p, std::size_t i) {
-    const std::size_t n = p.q.rows, m = p.k.rows;
-    std::size_t right = p.window_right;
-    if (p.causal) right = 0;  // (a window's right bound is at least 0)
-    if (right >= m + n) return m;  // no_bound, or past every key from any row
-    const std::ptrdiff_t end = static_cast<std::ptrdiff_t>(i + m + right) - static_cast<std::ptrdiff_t>(n) + 1;
-    if (end <= 0) return 0;
-    return static_cast<std::size_t>(end) < m ? static_cast<std::size_t>(end) : m;
-  }
-  static std::size_t key_begin(const attention_problem<T>& p, std::size_t i) {
-    const std::size_t n = p.q.rows, m = p.k.rows;
-    if (p.window_left >= m + n) return 0;
-    const std::ptrdiff_t begin =
-        static_cast<std::ptrdiff_t>(i + m) - static_cast<std::ptrdiff_t>(n + p.window_left);
-    if (begin <= 0) return 0;
-    return static_cast<std::size_t>(begin) < m ? static_cast<std::size_t>(begin) : m;
-  }
-  // Whether some row of [i0, i0 + rows) sees a key of [j0, j0 + cols) by
-  // the causal and window bounds (both grow with the row).
+  // The keys row i may see and whether a block sees any (key_bounds.hpp).
+  static std::size_t key_end(const attention_problem<T>& p, std::size_t i) { return kernels::key_end(p, i); }
+  static std::size_t key_begin(const attention_problem<T>& p, std::size_t i) { return kernels::key_begin(p, i); }
   static bool bounds_keep_any(const attention_problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
                               std::size_t cols) {
-    return rows > 0 && key_end(p, i0 + rows - 1) > j0 && key_begin(p, i0) < j0 + cols;
+    return kernels::bounds_keep_any(p, i0, rows, j0, cols);
   }
 
   // The scores of row i for keys [j0, j0 + count), raw q·k in u on entry.

@@ -1,0 +1,113 @@
+// The attention forms a sequence split into parts must keep (tests/part_test.cpp
+// in one process, tests/mpi_test.cpp across processes), each built from
+// views of Q, K and V, and the check of a split result.
+//
+// The tolerance: the reference is the same form over the whole sequence in
+// double. The whole in float has error w (measured); a result merged from P
+// parts adds, per merge, a weight exp(L_part − max) whose argument carries
+// an absolute error of about |L|·ε (L the rows' log-sum-exp, at most
+// log m + max |score|), so each output moves by at most (|L|max + 4)·ε·max|V|
+// per merge. A merged result must lie within w + (P·(|L|max + 4) + 8)·ε·max|V|.
+#pragma once
+
+#include <qkv/qkv.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace test::parts {
+
+using qkv::dyn;
+
+// The forms, by number: what each does with positions.
+inline constexpr int form_count = 8;
+inline const char* form_name(int f) {
+  static const char* names[] = {"plain", "causal", "window", "causal window", "key_aligned ALiBi",
+                                "position predicate", "sink", "neg_sq_l2 causal"};
+  return names[f];
+}
+
+template <class T>
+struct alibi {
+  T slope;
+  template <class V>
+  V operator()(const V& s, const V& i, const V& j) const {
+    return s - V(slope) * (i - j);
+  }
+};
+// Keeps key j for query i when both are even or j is within 5 before i
+// (indices of the whole sequence: a split that passed local ones differs).
+struct parity_near {
+  bool operator()(std::size_t i, std::size_t j) const { return j <= i && ((i % 2 == 0 && j % 2 == 0) || i - j < 5); }
+};
+
+// Form f over q, k and v (matrix or tensor views), computed by eval(e) or by
+// a split: `run` is called with the expression.
+template <class Q, class K, class V, class Run>
+auto with_form(int f, const Q& q, const K& k, const V& v, Run&& run) {
+  using T = std::remove_const_t<qkv::value_type_t<Q>>;
+  const T c = T(1) / std::sqrt(T(q.cols()));
+  switch (f) {
+    case 0: return run(softmax(q * transpose(k) * c) * v);
+    case 1: return run(softmax(causal(q * transpose(k) * c)) * v);
+    case 2: return run(softmax(window(q * transpose(k) * c, 9, 4)) * v);
+    case 3: return run(softmax(window(causal(q * transpose(k) * c), 13)) * v);
+    case 4: return run(softmax(causal(score_mod(q * transpose(k) * c, qkv::key_aligned(alibi<T>{T(0.25)})))) * v);
+    case 5: return run(softmax(masked(q * transpose(k) * c, parity_near{})) * v);
+    case 6: return run(softmax(causal(q * transpose(k) * c), T(1.5)) * v);
+    default: return run(softmax(causal(similarity(q, k, qkv::neg_sq_l2) * c)) * v);
+  }
+}
+
+struct rng {
+  std::mt19937 g;
+  explicit rng(std::uint32_t seed) : g(seed) {}
+  double operator()() { return std::uniform_real_distribution<double>(-1, 1)(g); }
+};
+
+// Row-major [batches, rows, cols] values in double and their float copies.
+struct data {
+  std::size_t batches, rows, cols;
+  std::vector<double> d;
+  std::vector<float> f;
+  data(std::size_t b, std::size_t r, std::size_t c, rng& g) : batches(b), rows(r), cols(c), d(b * r * c), f(b * r * c) {
+    for (std::size_t x = 0; x < d.size(); ++x) f[x] = static_cast<float>(d[x] = 2 * g());
+    for (std::size_t x = 0; x < d.size(); ++x) d[x] = f[x];  // the same values in both
+  }
+};
+
+// Rows [r0, r0 + count) of x as a matrix (one batch) or as a [b0, b1, count, cols] tensor view.
+template <class T>
+qkv::matrix_view<const T, dyn, dyn> rows_matrix(const std::vector<T>& x, std::size_t cols, std::size_t r0,
+                                               std::size_t count) {
+  return {x.data() + r0 * cols, count, cols, cols};
+}
+template <class T>
+qkv::tensor_view<const T, dyn, dyn, dyn, dyn> rows_tensor(const std::vector<T>& x, std::size_t b0, std::size_t b1,
+                                                          std::size_t rows, std::size_t cols, std::size_t r0,
+                                                          std::size_t count) {
+  return {x.data() + r0 * cols, {b0, b1, count, cols}, {b1 * rows * cols, rows * cols, cols, 1}};
+}
+
+// The largest |a − b| over matching elements.
+template <class A, class B>
+double max_diff(const A& a, const B& b, std::size_t n) {
+  double e = 0;
+  for (std::size_t x = 0; x < n; ++x) e = std::fmax(e, std::fabs(static_cast<double>(a[x]) - static_cast<double>(b[x])));
+  return e;
+}
+
+// The bound above, for P parts, scores of at most `max_score` in magnitude
+// over m keys, values of at most max_v, the whole's float error w.
+inline double split_bound(double w, std::size_t parts, double max_score, std::size_t m, double max_v) {
+  const double eps = std::numeric_limits<float>::epsilon();
+  const double lmax = std::log(static_cast<double>(m) + 1) + max_score;
+  return w + (static_cast<double>(parts) * (lmax + 4) + 8) * eps * max_v;
+}
+
+}  // namespace test::parts
