@@ -1,6 +1,8 @@
 // Ring attention (qkv::mpi) against one process: run as
-//   mpirun -np 1 ./ring_bench   one process, its kernels on 2 threads
-//   mpirun -np 2 ./ring_bench   two processes, one thread each, the ring
+//   mpirun -np 1 --bind-to none ./ring_bench   one process, its kernels on 2 threads
+//   mpirun -np 2 --bind-to none ./ring_bench   two processes, one thread each, the ring
+// (OpenMPI binds each process to one core by default: a one-process run
+// would then run its two threads on one core.)
 // d = 64, T = 16384 and 32768, causal and not. Each iteration's time is the
 // slowest rank's, after a barrier (manual time). The ring reports, per
 // rank and call, the time spent computing, the time spent waiting for the
@@ -77,7 +79,8 @@ void ring(benchmark::State& state) {
   state.counters["compute_ms"] = 1e3 * slowest(prof.compute_seconds) / calls;
   state.counters["wait_ms"] = 1e3 * slowest(prof.wait_seconds) / calls;
   state.counters["transfer_ms"] = 1e3 * transfer;
-  state.counters["bytes_per_step"] = prof.steps ? double(prof.bytes_sent) / double(prof.steps) : 0.0;
+  // Of the P steps, all but the last send.
+  state.counters["bytes_per_step"] = p > 1 ? double(prof.bytes_sent) / (calls * double(p - 1)) : 0.0;
   state.counters["ranks"] = p;
 }
 
