@@ -134,6 +134,49 @@ TEST_CASE("ring attention: {O, L}", "[mpi]") {
   for (std::size_t i = 0; i < n; ++i) CHECK(std::fabs(l(i, 0) - lw(r0 + i, 0)) <= 1e-5 * (1 + std::fabs(lw(r0 + i, 0))));
 }
 
+TEST_CASE("ring attention on bf16 and f16 inputs, and float queries on a 2-byte cache", "[mpi]") {
+  const int r = rank_of(), p = ranks();
+  rng gen(9);
+  const std::size_t t = 150, d = 32;
+  const data q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen);
+  const auto at = split_points(t, p, false);
+  const std::size_t r0 = at[static_cast<std::size_t>(r)], n = at[static_cast<std::size_t>(r) + 1] - r0;
+  const auto as = [](const std::vector<float>& x, auto h) {
+    return std::vector<decltype(h)>(x.begin(), x.end());  // rounded to nearest even
+  };
+  // The parts round their weights to bf16 against their own maxima, and
+  // both results are rounded once to 2 bytes: each differs from the exact
+  // attention by at most 2⁻⁸·max|V| (weights) and half an ulp (2⁻⁸·max|O|),
+  // so the two differ by at most 4·2⁻⁸·max|V| with max|V| = 2.
+  const double bound = 4 * 2.0 / 256;
+  const auto check = [&](auto h, bool float_queries) {
+    INFO("P = " << p << ", rank " << r << (float_queries ? ", float queries" : ", 2-byte queries"));
+    const auto qh = as(q.f, h), kh = as(k.f, h), vh = as(v.f, h);
+    const auto kl = cut(kh, 1, t, d, r0, n), vl = cut(vh, 1, t, d, r0, n);
+    for (int f : {0, 1, 3}) {
+      INFO("form " << form_name(f));
+      std::vector<double> got, one;
+      const auto whole = [&](const auto& e) { return values(eval(e), t * d); };
+      const auto dist = [&](const auto& e) { return values(qkv::mpi::eval(e, MPI_COMM_WORLD), n * d); };
+      if (float_queries) {
+        one = with_form(f, rows_matrix(q.f, d, 0, t), rows_matrix(kh, d, 0, t), rows_matrix(vh, d, 0, t), whole);
+        const auto ql = cut(q.f, 1, t, d, r0, n);
+        got = with_form(f, rows_matrix(ql, d, 0, n), rows_matrix(kl, d, 0, n), rows_matrix(vl, d, 0, n), dist);
+      } else {
+        one = with_form(f, rows_matrix(qh, d, 0, t), rows_matrix(kh, d, 0, t), rows_matrix(vh, d, 0, t), whole);
+        const auto ql = cut(qh, 1, t, d, r0, n);
+        got = with_form(f, rows_matrix(ql, d, 0, n), rows_matrix(kl, d, 0, n), rows_matrix(vl, d, 0, n), dist);
+      }
+      const auto want = my_rows(one, 1, t, d, r0, n);
+      INFO("across ranks against one process: " << max_diff(got, want, want.size()) << ", bound " << bound);
+      CHECK(max_diff(got, want, want.size()) <= bound);
+    }
+  };
+  check(qkv::bf16{}, false);
+  check(qkv::f16{}, false);
+  check(qkv::bf16{}, true);
+}
+
 TEST_CASE("decoding from a cache sharded across ranks", "[mpi]") {
   const int r = rank_of(), p = ranks();
   for (int f : {0, 1, 2, 4, 5, 6}) {

@@ -50,7 +50,7 @@ struct parity_near {
 // a split: `run` is called with the expression.
 template <class Q, class K, class V, class Run>
 auto with_form(int f, const Q& q, const K& k, const V& v, Run&& run) {
-  using T = std::remove_const_t<qkv::value_type_t<Q>>;
+  using T = qkv::compute_t<std::remove_const_t<qkv::value_type_t<Q>>>;  // float for 2-byte inputs
   const T c = T(1) / std::sqrt(T(q.cols()));
   switch (f) {
     case 0: return run(softmax(q * transpose(k) * c) * v);
