@@ -8,7 +8,10 @@
 // rank and call, the time spent computing, the time spent waiting for the
 // transfers once the step's computation was done (what it did not hide),
 // the bytes sent per step, and transfer_ms: the same transfers with no
-// computation, so that hidden = 1 − wait / transfer. Only rank 0 reports.
+// computation, so that hidden = 1 − wait / transfer; under causal,
+// move_in_ms and move_out_ms: moving Q, K and V to the zig-zag assignment,
+// and O and L back (which includes waiting for the last rank to finish).
+// Only rank 0 reports.
 #include <qkv/mpi.hpp>
 
 #include <benchmark/benchmark.h>
@@ -78,9 +81,12 @@ void ring(benchmark::State& state) {
   const double calls = static_cast<double>(state.iterations());
   state.counters["compute_ms"] = 1e3 * slowest(prof.compute_seconds) / calls;
   state.counters["wait_ms"] = 1e3 * slowest(prof.wait_seconds) / calls;
+  state.counters["move_in_ms"] = 1e3 * slowest(prof.move_in_seconds) / calls;
+  state.counters["move_out_ms"] = 1e3 * slowest(prof.move_out_seconds) / calls;
   state.counters["transfer_ms"] = 1e3 * transfer;
-  // Of the P steps, all but the last send.
-  state.counters["bytes_per_step"] = p > 1 ? double(prof.bytes_sent) / (calls * double(p - 1)) : 0.0;
+  // Of each call's steps, all but the last send.
+  const double sending = double(prof.steps) - calls;
+  state.counters["bytes_per_step"] = sending > 0 ? double(prof.bytes_sent) / sending : 0.0;
   state.counters["ranks"] = p;
 }
 

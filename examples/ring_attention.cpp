@@ -2,7 +2,9 @@
 //   mpirun -np 4 ./ring_attention
 // Each rank holds consecutive rows of Q, K and V (here a share of T = 3000
 // tokens, which 4 does not divide) and gets its rows of the attention over
-// the whole sequence; the K/V slices travel around the ring (docs/distributed.md).
+// the whole sequence; the K/V slices travel around the ring, and since it is
+// causal the ranks compute on zig-zag chunks of the rows so that each does
+// the same work (docs/distributed.md).
 // To show that it is the same attention, every rank also computes the whole
 // on its own and compares its rows.
 #include <qkv/mpi.hpp>

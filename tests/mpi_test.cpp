@@ -15,7 +15,9 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -134,6 +136,105 @@ TEST_CASE("ring attention: {O, L}", "[mpi]") {
   for (std::size_t i = 0; i < n; ++i) CHECK(std::fabs(l(i, 0) - lw(r0 + i, 0)) <= 1e-5 * (1 + std::fabs(lw(r0 + i, 0))));
 }
 
+TEST_CASE("the zig-zag assignment: chunks r and 2P - 1 - r, rows moved there and back", "[mpi]") {
+  namespace md = qkv::mpi::detail;
+  const int r = rank_of(), p = ranks();
+  for (const std::size_t t : {std::size_t(3), std::size_t(77), std::size_t(301)})
+    for (const bool empty_one : {false, true}) {
+      INFO("P = " << p << ", rank " << r << ", T = " << t << (empty_one ? ", rank 1 empty" : ""));
+      const auto at = split_points(t, p, empty_one);
+      std::vector<std::size_t> rows;
+      for (int x = 0; x < p; ++x) rows.push_back(at[static_cast<std::size_t>(x) + 1] - at[static_cast<std::size_t>(x)]);
+      const md::assignment given = md::consecutive(rows), zz = md::zigzag(t, p);
+      // Every row once, in chunks of c or c + 1 rows, rank x's the x-th and the x-th from the end.
+      const std::size_t c = t / (2 * static_cast<std::size_t>(p));
+      std::vector<int> seen(t, 0);
+      for (int x = 0; x < p; ++x) {
+        const auto& ranges = zz.of[static_cast<std::size_t>(x)];
+        REQUIRE(ranges.size() == 2);
+        CHECK(ranges[0].begin == t * static_cast<std::size_t>(x) / (2 * static_cast<std::size_t>(p)));
+        CHECK(ranges[1].end == t * (2 * static_cast<std::size_t>(p) - static_cast<std::size_t>(x)) / (2 * static_cast<std::size_t>(p)));
+        for (const auto& g : ranges) {
+          CHECK((g.size() == c || g.size() == c + 1));
+          for (std::size_t i = g.begin; i < g.end; ++i) ++seen[i];
+        }
+      }
+      CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<std::ptrdiff_t>(t));
+      // Rows named by batch index, position and column, two batch indices of three columns.
+      const std::size_t b = 2, cols = 3;
+      const auto name = [&](std::size_t x, std::size_t i, std::size_t col) { return double(x * 1000000 + i * 10 + col); };
+      std::vector<double> mine, want;
+      for (std::size_t x = 0; x < b; ++x) {
+        for (std::size_t i = at[static_cast<std::size_t>(r)]; i < at[static_cast<std::size_t>(r) + 1]; ++i)
+          for (std::size_t col = 0; col < cols; ++col) mine.push_back(name(x, i, col));
+        for (const auto& g : zz.of[static_cast<std::size_t>(r)])
+          for (std::size_t i = g.begin; i < g.end; ++i)
+            for (std::size_t col = 0; col < cols; ++col) want.push_back(name(x, i, col));
+      }
+      const auto there = md::move_rows(mine, b, cols, given, zz, r, 7, MPI_COMM_WORLD);
+      CHECK(there == want);
+      CHECK(md::move_rows(there, b, cols, zz, given, r, 7, MPI_COMM_WORLD) == mine);
+    }
+}
+
+TEST_CASE("ring attention under causal: every rank computes as many pairs at every step", "[mpi]") {
+  const int r = rank_of(), p = ranks();
+  for (const bool empty_one : {false, true}) {
+    INFO("P = " << p << ", rank " << r << (empty_one ? ", rank 1 empty" : ""));
+    rng gen(3);
+    const std::size_t t = 301, d = 8, ps = static_cast<std::size_t>(p);
+    const data q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen);
+    const auto at = split_points(t, p, empty_one);
+    const std::size_t r0 = at[static_cast<std::size_t>(r)], n = at[static_cast<std::size_t>(r) + 1] - r0;
+    const auto ql = cut(q.f, 1, t, d, r0, n), kl = cut(k.f, 1, t, d, r0, n), vl = cut(v.f, 1, t, d, r0, n);
+    qkv::mpi::detail::ring_profile prof;
+    (void)qkv::mpi::detail::ring(softmax(causal(rows_matrix(ql, d, 0, n) * transpose(rows_matrix(kl, d, 0, n)))) *
+                                     rows_matrix(vl, d, 0, n),
+                                 MPI_COMM_WORLD, &prof);
+    CHECK(prof.zigzag == (p > 1));
+    REQUIRE(prof.step_pairs.size() == ps);
+    const std::vector<unsigned long long> mine(prof.step_pairs.begin(), prof.step_pairs.end());
+    std::vector<unsigned long long> all(ps * ps);
+    MPI_Allgather(mine.data(), p, MPI_UNSIGNED_LONG_LONG, all.data(), p, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+    // Every visible pair exactly once over all ranks and steps.
+    CHECK(std::accumulate(all.begin(), all.end(), 0ull) == t * (t + 1) / 2);
+    // Chunks have c or c + 1 rows, c = ⌊T/2P⌋. At step 0 rank x computes
+    // s(s + 1)/2 pairs (its two chunks, s rows, causal among themselves), at
+    // a later step s·(a key chunk's rows) or (a query chunk's rows)·s: so the
+    // ranks' counts at one step differ by at most a factor ((c + 1)/c)².
+    // (Consecutive rows would leave rank 0 nothing to compute at step 1.)
+    const double c = double(t / (2 * ps)), most = (c + 1) * (c + 1) / (c * c);
+    for (std::size_t step = 0; step < ps; ++step) {
+      unsigned long long lo = all[step], hi = all[step];
+      for (std::size_t x = 0; x < ps; ++x) lo = std::min(lo, all[x * ps + step]), hi = std::max(hi, all[x * ps + step]);
+      INFO("step " << step << ": " << lo << " to " << hi << " pairs");
+      CHECK(double(hi) <= most * double(lo));
+    }
+  }
+}
+
+TEST_CASE("ring attention under a causal window: the slices go no further than the queries see", "[mpi]") {
+  const int r = rank_of(), p = ranks();
+  rng gen(4);
+  const std::size_t t = 301, d = 8;
+  const data q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen);
+  const auto at = split_points(t, p, false);
+  const std::size_t r0 = at[static_cast<std::size_t>(r)], n = at[static_cast<std::size_t>(r) + 1] - r0;
+  const auto ql = cut(q.f, 1, t, d, r0, n), kl = cut(k.f, 1, t, d, r0, n), vl = cut(v.f, 1, t, d, r0, n);
+  const auto s = rows_matrix(ql, d, 0, n) * transpose(rows_matrix(kl, d, 0, n));
+  const auto vm = rows_matrix(vl, d, 0, n);
+  // 13 keys back, fewer than a rank's 75 rows: its own slice and the previous one.
+  qkv::mpi::detail::ring_profile causal_window, two_sided;
+  (void)qkv::mpi::detail::ring(softmax(window(causal(s), 13)) * vm, MPI_COMM_WORLD, &causal_window);
+  CHECK_FALSE(causal_window.zigzag);
+  CHECK(causal_window.steps == std::size_t(std::min(p, 2)));
+  CHECK(causal_window.bytes_sent == (p > 1 ? 2 * n * d * sizeof(float) : 0));
+  // A window that also reaches forward needs the next rank's slice, which
+  // comes round last: every step.
+  (void)qkv::mpi::detail::ring(softmax(window(s, 13, 4)) * vm, MPI_COMM_WORLD, &two_sided);
+  CHECK(two_sided.steps == std::size_t(p));
+}
+
 TEST_CASE("ring attention on bf16 and f16 inputs, and float queries on a 2-byte cache", "[mpi]") {
   const int r = rank_of(), p = ranks();
   rng gen(9);
@@ -153,24 +254,21 @@ TEST_CASE("ring attention on bf16 and f16 inputs, and float queries on a 2-byte 
     INFO("P = " << p << ", rank " << r << (float_queries ? ", float queries" : ", 2-byte queries"));
     const auto qh = as(q.f, h), kh = as(k.f, h), vh = as(v.f, h);
     const auto kl = cut(kh, 1, t, d, r0, n), vl = cut(vh, 1, t, d, r0, n);
-    for (int f : {0, 1, 3}) {
-      INFO("form " << form_name(f));
-      std::vector<double> got, one;
-      const auto whole = [&](const auto& e) { return values(eval(e), t * d); };
-      const auto dist = [&](const auto& e) { return values(qkv::mpi::eval(e, MPI_COMM_WORLD), n * d); };
-      if (float_queries) {
-        one = with_form(f, rows_matrix(q.f, d, 0, t), rows_matrix(kh, d, 0, t), rows_matrix(vh, d, 0, t), whole);
-        const auto ql = cut(q.f, 1, t, d, r0, n);
-        got = with_form(f, rows_matrix(ql, d, 0, n), rows_matrix(kl, d, 0, n), rows_matrix(vl, d, 0, n), dist);
-      } else {
-        one = with_form(f, rows_matrix(qh, d, 0, t), rows_matrix(kh, d, 0, t), rows_matrix(vh, d, 0, t), whole);
-        const auto ql = cut(qh, 1, t, d, r0, n);
-        got = with_form(f, rows_matrix(ql, d, 0, n), rows_matrix(kl, d, 0, n), rows_matrix(vl, d, 0, n), dist);
+    const auto run = [&](const auto& qw) {
+      const auto ql = cut(qw, 1, t, d, r0, n);
+      for (int f : {0, 1, 3}) {
+        INFO("form " << form_name(f));
+        const auto whole = [&](const auto& e) { return values(eval(e), t * d); };
+        const auto dist = [&](const auto& e) { return values(qkv::mpi::eval(e, MPI_COMM_WORLD), n * d); };
+        const auto one = with_form(f, rows_matrix(qw, d, 0, t), rows_matrix(kh, d, 0, t), rows_matrix(vh, d, 0, t), whole);
+        const auto got = with_form(f, rows_matrix(ql, d, 0, n), rows_matrix(kl, d, 0, n), rows_matrix(vl, d, 0, n), dist);
+        const auto want = my_rows(one, 1, t, d, r0, n);
+        INFO("across ranks against one process: " << max_diff(got, want, want.size()) << ", bound " << bound);
+        CHECK(max_diff(got, want, want.size()) <= bound);
       }
-      const auto want = my_rows(one, 1, t, d, r0, n);
-      INFO("across ranks against one process: " << max_diff(got, want, want.size()) << ", bound " << bound);
-      CHECK(max_diff(got, want, want.size()) <= bound);
-    }
+    };
+    if (float_queries) run(q.f);
+    else run(qh);
   };
   check(qkv::bf16{}, false);
   check(qkv::f16{}, false);

@@ -11,6 +11,7 @@
 
 #include "../expr/key_aligned.hpp"
 #include "../kernels/key_bounds.hpp"
+#include "../storage/number_as.hpp"
 #include "batched.hpp"
 #include "cost.hpp"
 #include "fused.hpp"
@@ -46,7 +47,7 @@ struct positioned_extension {
   template <class V>
     requires requires(const Ext& e, const V& v, std::size_t b) { e.modify(v, v, v, b, b); }
   V modify(const V& s, const V& i, const V& j, std::size_t b, std::size_t h) const {
-    return inner.modify(s, i + as<V>(row0), j + as<V>(key0), b, h);
+    return inner.modify(s, i + number_as<V>(row0), j + number_as<V>(key0), b, h);
   }
   bool keep(std::size_t i, std::size_t j, std::size_t b, std::size_t h) const
     requires requires(const Ext& e) { e.keep(i, j, b, h); }
@@ -57,15 +58,6 @@ struct positioned_extension {
     requires requires(const Ext& e) { e.keep_any(i0, i1, j0, j1, b, h); }
   {
     return inner.keep_any(i0 + row0, i1 + row0, j0 + key0, j1 + key0, b, h);
-  }
-
- private:
-  // An index as a V: a number, an xsimd batch or a dual number of them.
-  template <class V>
-  static V as(std::size_t x) {
-    if constexpr (requires { typename V::element_type; }) return V(static_cast<typename V::element_type>(x));
-    else if constexpr (requires { typename V::value_type; }) return V(static_cast<typename V::value_type>(x));
-    else return static_cast<V>(x);
   }
 };
 
@@ -131,16 +123,39 @@ void attention_part(const E& e, T* out, std::size_t row_stride, T* stats, const 
   }
 }
 
+// Bounds b over n queries and m keys as a part, in a problem of those extents.
+inline kernels::attention_problem<float> bounds_problem(key_bounds b, std::size_t n, std::size_t m,
+                                                        const sequence_part& part) {
+  kernels::attention_problem<float> p;
+  p.q.rows = n, p.k.rows = m;
+  p.causal = b.causal, p.window_left = b.left, p.window_right = b.right;
+  p.diagonal_shift = part_shift(n, m, part);
+  return p;
+}
+template <class E>
+kernels::attention_problem<float> part_bounds(const E& e, const sequence_part& part) {
+  return bounds_problem(chain_bounds(&e.lhs().arg()), e.rows(), e.lhs().cols(), part);
+}
+
 // Whether the causal and window bounds of e, as a part, leave any of its
 // pairs visible: a part they empty need not be computed.
 template <class E>
 bool part_sees_any(const E& e, const sequence_part& part) {
-  const key_bounds b = chain_bounds(&e.lhs().arg());
-  kernels::attention_problem<float> p;
-  p.q.rows = e.rows(), p.k.rows = e.lhs().cols();
-  p.causal = b.causal, p.window_left = b.left, p.window_right = b.right;
-  p.diagonal_shift = part_shift(p.q.rows, p.k.rows, part);
+  const auto p = part_bounds(e, part);
   return kernels::bounds_keep_any(p, 0, p.q.rows, 0, p.k.rows);
+}
+
+// How many of one batch index's pairs of e, as a part, the bounds leave
+// visible (the work of computing it).
+template <class E>
+std::size_t part_pairs(const E& e, const sequence_part& part) {
+  const auto p = part_bounds(e, part);
+  std::size_t pairs = 0;
+  for (std::size_t i = 0; i < p.q.rows; ++i) {
+    const std::size_t a = kernels::key_begin(p, i), b = kernels::key_end(p, i);
+    pairs += b > a ? b - a : 0;
+  }
+  return pairs;
 }
 
 // The log-sum-exp of a row from its m and l.

@@ -10,6 +10,8 @@
 // block hint any(i0, i1, j0, j1) the predicate has.
 #pragma once
 
+#include "../storage/number_as.hpp"
+
 #include <cstddef>
 #include <type_traits>
 #include <utility>
@@ -71,12 +73,9 @@ class key_aligned_t {
 
  private:
   std::ptrdiff_t row(std::size_t i) const { return static_cast<std::ptrdiff_t>(i) + offset_; }
-  // The offset as a V: a number, an xsimd batch or a dual number of them.
   template <class V>
   V shift() const {
-    if constexpr (requires { typename V::element_type; }) return V(static_cast<typename V::element_type>(offset_));
-    else if constexpr (requires { typename V::value_type; }) return V(static_cast<typename V::value_type>(offset_));
-    else return static_cast<V>(offset_);
+    return detail::number_as<V>(offset_);
   }
 
   [[no_unique_address]] F f_;
