@@ -3,11 +3,12 @@
 // views of Q, K and V, and the check of a split result.
 //
 // The tolerance: the reference is the same form over the whole sequence in
-// double. The whole in float has error w (measured); a result merged from P
-// parts adds, per merge, a weight exp(L_part − max) whose argument carries
-// an absolute error of about |L|·ε (L the rows' log-sum-exp, at most
-// log m + max |score|), so each output moves by at most (|L|max + 4)·ε·max|V|
-// per merge. A merged result must lie within w + (P·(|L|max + 4) + 8)·ε·max|V|.
+// long double (long_double_form; in double for tensors). The whole in float
+// has error w (measured); a result merged from P parts adds, per merge, a
+// weight exp(L_part − max) whose argument carries an absolute error of about
+// |L|·ε (L the rows' log-sum-exp, at most log m + max |score|), so each output
+// moves by at most (|L|max + 4)·ε·max|V| per merge. A merged result must lie
+// within w + (P·(|L|max + 4) + 8)·ε·max|V|.
 #pragma once
 
 #include <qkv/qkv.hpp>
@@ -62,6 +63,49 @@ auto with_form(int f, const Q& q, const K& k, const V& v, Run&& run) {
     case 6: return run(softmax(causal(q * transpose(k) * c), T(1.5)) * v);
     default: return run(softmax(causal(similarity(q, k, qkv::neg_sq_l2) * c)) * v);
   }
+}
+
+// Form f over the whole sequence (t queries and t keys, one batch index) in
+// long double, written out from with_form's definitions: the reference the
+// split results are checked against. Row i is at key position i (n = m).
+// The scale 1/√d is exact for the d the tests use (powers of 4).
+inline std::vector<double> long_double_form(int f, const std::vector<double>& q, const std::vector<double>& k,
+                                            const std::vector<double>& v, std::size_t t, std::size_t d,
+                                            std::size_t dv) {
+  using real = long double;
+  const real c = 1 / std::sqrt(static_cast<real>(d)), none = -std::numeric_limits<real>::infinity();
+  const real sink = f == 6 ? real(1.5) : none;
+  std::vector<double> o(t * dv, 0.0);
+  std::vector<real> s(t);
+  for (std::size_t i = 0; i < t; ++i) {
+    real top = sink;
+    for (std::size_t j = 0; j < t; ++j) {
+      real x = 0;
+      for (std::size_t a = 0; a < d; ++a) {
+        const real qa = q[i * d + a], ka = k[j * d + a];
+        x += f == 7 ? -(qa - ka) * (qa - ka) : qa * ka;
+      }
+      x *= c;
+      if (f == 4) x -= real(0.25) * (real(i) - real(j));
+      const auto ii = static_cast<std::ptrdiff_t>(i), jj = static_cast<std::ptrdiff_t>(j);
+      bool keep = true;
+      if (f == 1 || f == 3 || f == 4 || f == 6 || f == 7) keep = jj <= ii;
+      if (f == 2) keep = jj >= ii - 9 && jj <= ii + 4;
+      if (f == 3) keep = keep && jj >= ii - 13;
+      if (f == 5) keep = parity_near{}(i, j);
+      s[j] = keep ? x : none;
+      if (s[j] > top) top = s[j];
+    }
+    if (top == none) continue;  // a row that sees nothing: zeros
+    real sum = sink == none ? 0 : std::exp(sink - top);  // the sink: one more logit, value 0
+    for (std::size_t j = 0; j < t; ++j) sum += s[j] = s[j] == none ? 0 : std::exp(s[j] - top);
+    for (std::size_t col = 0; col < dv; ++col) {
+      real y = 0;
+      for (std::size_t j = 0; j < t; ++j) y += s[j] * v[j * dv + col];
+      o[i * dv + col] = static_cast<double>(y / sum);
+    }
+  }
+  return o;
 }
 
 struct rng {

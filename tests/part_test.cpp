@@ -1,6 +1,7 @@
 // A sequence computed in parts (eval/part.hpp): each block of query rows
 // against each block of keys, with the whole's positions, merged by the
-// rows' log-sum-exp, equals the whole within the bound of part_forms.hpp;
+// rows' log-sum-exp, equals the whole (in long double for matrices) within
+// the bound of part_forms.hpp;
 // for every form that uses positions (causal, windows, a key_aligned
 // modifier, a predicate of indices, a sink counted once), uneven blocks and
 // an empty one, matrices and [B, H, T, D] tensors with grouped-query heads.
@@ -74,7 +75,8 @@ void check(int f, std::size_t b0, std::size_t b1, std::size_t g, std::size_t t, 
                << ", dv = " << dv);
   rng r(static_cast<std::uint32_t>(7 + f + 13 * t));
   const data q(b0 * b1, t, d, r), k(b0 * b1 / g, t, d, r), v(b0 * b1 / g, t, dv, r);
-  const auto ref = whole(f, q.d, k.d, v.d, b0, b1, g, t, d, dv);
+  // Matrices against the long-double reference, tensors against their heads in double.
+  const auto ref = b0 * b1 == 1 ? long_double_form(f, q.d, k.d, v.d, t, d, dv) : whole(f, q.d, k.d, v.d, b0, b1, g, t, d, dv);
   const auto one = whole(f, q.f, k.f, v.f, b0, b1, g, t, d, dv);
   const auto at = starts(t, cuts);
   const auto got = split(f, q, k, v, b0, b1, g, at);

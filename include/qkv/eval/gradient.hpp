@@ -1,8 +1,9 @@
 // Reverse mode: gradient(e, dO, wrt(X...)) is the gradient of Σ dO ∘ e with
 // respect to each leaf X, and vjp(e) the forward value with a pullback that
-// gives the same. The walk from the result down, each node's rule and the
-// fused attention's, are gradient_rules.hpp's; here: the gradients' types
-// and rounding, batched expressions, the strategies and vjp. A batched e is
+// gives the same. The walk from the result down and each node's rule are
+// gradient_rules.hpp's, the fused attention's gradient_fused.hpp's; here:
+// the gradients' types and rounding, batched expressions, the strategies
+// and vjp. A batched e is
 // differentiated one batch index at a time (eval/slice.hpp), each index's
 // gradients added into the targets at the index they read; a batched
 // attention with a fused backward gives all its indices to the kernels at
@@ -21,6 +22,7 @@
 #include "../storage/tensor.hpp"
 #include "eval.hpp"
 #include "gradient_extensions.hpp"
+#include "gradient_fused.hpp"
 #include "gradient_rules.hpp"
 #include "slice.hpp"
 #include "strategy.hpp"
