@@ -68,6 +68,22 @@ std::vector<T> cut(const std::vector<T>& x, std::size_t batches, std::size_t t, 
   return y;
 }
 
+// A sequence of t rows of Q, K and V (one batch index, width d) made from
+// seed on every rank alike, and this rank's consecutive rows of it.
+struct share {
+  rng gen;
+  data q, k, v;
+  std::size_t r0 = 0, n = 0;
+  std::vector<float> ql, kl, vl;
+  share(std::uint32_t seed, std::size_t t, std::size_t d, bool empty_one = false)
+      : gen(seed), q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen) {
+    const auto at = split_points(t, ranks(), empty_one);
+    const auto r = static_cast<std::size_t>(rank_of());
+    r0 = at[r], n = at[r + 1] - r0;
+    ql = cut(q.f, 1, t, d, r0, n), kl = cut(k.f, 1, t, d, r0, n), vl = cut(v.f, 1, t, d, r0, n);
+  }
+};
+
 // Form f over the whole (in T), over b0 × b1 query heads on b1 / g key heads.
 template <class T, class Run>
 auto over(int f, const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v, std::size_t b0,
@@ -124,13 +140,11 @@ TEST_CASE("ring attention: grouped-query tensors", "[mpi]") {
 }
 
 TEST_CASE("ring attention: {O, L}", "[mpi]") {
-  const int r = rank_of(), p = ranks();
-  rng gen(5);
   const std::size_t t = 40, d = 8;
-  const data q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen);
-  const auto at = split_points(t, p, false);
-  const std::size_t r0 = at[static_cast<std::size_t>(r)], n = at[static_cast<std::size_t>(r) + 1] - r0;
-  const auto ql = cut(q.f, 1, t, d, r0, n), kl = cut(k.f, 1, t, d, r0, n), vl = cut(v.f, 1, t, d, r0, n);
+  const share my(5, t, d);
+  const auto &q = my.q, &k = my.k, &v = my.v;
+  const auto &ql = my.ql, &kl = my.kl, &vl = my.vl;
+  const std::size_t r0 = my.r0, n = my.n;
   const auto [o, l] = qkv::mpi::eval_with_lse(softmax(causal(rows_matrix(ql, d, 0, n) * transpose(rows_matrix(kl, d, 0, n)))) *
                                                   rows_matrix(vl, d, 0, n),
                                               MPI_COMM_WORLD);
@@ -185,15 +199,11 @@ TEST_CASE("ring attention under causal: every rank computes as many pairs at eve
   const int r = rank_of(), p = ranks();
   for (const bool empty_one : {false, true}) {
     INFO("P = " << p << ", rank " << r << (empty_one ? ", rank 1 empty" : ""));
-    rng gen(3);
     const std::size_t t = 301, d = 8, ps = static_cast<std::size_t>(p);
-    const data q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen);
-    const auto at = split_points(t, p, empty_one);
-    const std::size_t r0 = at[static_cast<std::size_t>(r)], n = at[static_cast<std::size_t>(r) + 1] - r0;
-    const auto ql = cut(q.f, 1, t, d, r0, n), kl = cut(k.f, 1, t, d, r0, n), vl = cut(v.f, 1, t, d, r0, n);
+    const share my(3, t, d, empty_one);
     qkv::mpi::detail::ring_profile prof;
-    (void)qkv::mpi::detail::ring(softmax(causal(rows_matrix(ql, d, 0, n) * transpose(rows_matrix(kl, d, 0, n)))) *
-                                     rows_matrix(vl, d, 0, n),
+    (void)qkv::mpi::detail::ring(softmax(causal(rows_matrix(my.ql, d, 0, my.n) * transpose(rows_matrix(my.kl, d, 0, my.n)))) *
+                                     rows_matrix(my.vl, d, 0, my.n),
                                  MPI_COMM_WORLD, &prof);
     CHECK(prof.zigzag == (p > 1));
     REQUIRE(prof.step_pairs.size() == ps);
@@ -218,15 +228,12 @@ TEST_CASE("ring attention under causal: every rank computes as many pairs at eve
 }
 
 TEST_CASE("ring attention under a causal window: the slices go no further than the queries see", "[mpi]") {
-  const int r = rank_of(), p = ranks();
-  rng gen(4);
+  const int p = ranks();
   const std::size_t t = 301, d = 8;
-  const data q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen);
-  const auto at = split_points(t, p, false);
-  const std::size_t r0 = at[static_cast<std::size_t>(r)], n = at[static_cast<std::size_t>(r) + 1] - r0;
-  const auto ql = cut(q.f, 1, t, d, r0, n), kl = cut(k.f, 1, t, d, r0, n), vl = cut(v.f, 1, t, d, r0, n);
-  const auto s = rows_matrix(ql, d, 0, n) * transpose(rows_matrix(kl, d, 0, n));
-  const auto vm = rows_matrix(vl, d, 0, n);
+  const share my(4, t, d);
+  const std::size_t n = my.n;
+  const auto s = rows_matrix(my.ql, d, 0, n) * transpose(rows_matrix(my.kl, d, 0, n));
+  const auto vm = rows_matrix(my.vl, d, 0, n);
   // 13 keys back, fewer than a rank's 75 rows: its own slice and the previous one.
   qkv::mpi::detail::ring_profile causal_window, two_sided;
   (void)qkv::mpi::detail::ring(softmax(window(causal(s), 13)) * vm, MPI_COMM_WORLD, &causal_window);
@@ -241,11 +248,10 @@ TEST_CASE("ring attention under a causal window: the slices go no further than t
 
 TEST_CASE("ring attention on bf16 and f16 inputs, and float queries on a 2-byte cache", "[mpi]") {
   const int r = rank_of(), p = ranks();
-  rng gen(9);
   const std::size_t t = 150, d = 32;
-  const data q(1, t, d, gen), k(1, t, d, gen), v(1, t, d, gen);
-  const auto at = split_points(t, p, false);
-  const std::size_t r0 = at[static_cast<std::size_t>(r)], n = at[static_cast<std::size_t>(r) + 1] - r0;
+  const share my(9, t, d);
+  const auto &q = my.q, &k = my.k, &v = my.v;
+  const std::size_t r0 = my.r0, n = my.n;
   const auto as = [](const std::vector<float>& x, auto h) {
     return std::vector<decltype(h)>(x.begin(), x.end());  // rounded to nearest even
   };
