@@ -142,6 +142,8 @@ void subtract(strided<float> x, strided<const float> y) { set<float>().subtract(
 void subtract(strided<double> x, strided<const double> y) { set<double>().subtract(x, y); }
 void copy(strided<const float> src, strided<float> dst) { set<float>().copy(src, dst); }
 void copy(strided<const double> src, strided<double> dst) { set<double>().copy(src, dst); }
+void widen(strided<const bf16> src, strided<float> dst) { active().widen_bf16(src, dst); }
+void widen(strided<const f16> src, strided<float> dst) { active().widen_f16(src, dst); }
 
 blocking active_blocking(std::size_t element_bytes) {
   return element_bytes == sizeof(float) ? set<float>().attention.sizes : set<double>().attention.sizes;

@@ -62,6 +62,9 @@ struct kernel_table {
   kernel_set<double> f64;
   attention_entries<float, bf16> f32_bf16;  // float queries, K and V in bf16
   attention_entries<float, f16> f32_f16;
+  // 2-byte matrices read into float (kernels/widen.hpp).
+  void (*widen_bf16)(strided<const bf16> src, strided<float> dst);
+  void (*widen_f16)(strided<const f16> src, strided<float> dst);
 };
 
 // The kernels of instruction set Isa of arch_list (one whose Isa::built

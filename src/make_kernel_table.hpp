@@ -9,6 +9,7 @@
 #include <qkv/kernels/elementwise.hpp>
 #include <qkv/kernels/gemm.hpp>
 #include <qkv/kernels/softmax.hpp>
+#include <qkv/kernels/widen.hpp>
 
 namespace qkv::kernels {
 
@@ -70,7 +71,8 @@ template <class Isa>
 const kernel_table& kernels_of() noexcept {
   using arch = typename Isa::arch;
   static constexpr kernel_table table{arch_index(Isa::name), make_kernel_set<arch, float>(), make_kernel_set<arch, double>(),
-                                      make_attention_entries<arch, bf16>(), make_attention_entries<arch, f16>()};
+                                      make_attention_entries<arch, bf16>(), make_attention_entries<arch, f16>(),
+                                      &widen_kernel<arch>::template run<bf16>, &widen_kernel<arch>::template run<f16>};
   return table;
 }
 

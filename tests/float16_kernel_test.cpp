@@ -156,3 +156,32 @@ TEMPLATE_TEST_CASE("decoding over wide 2-byte value rows never reads a row whose
   CHECK(finite);
   CHECK(std::memcmp(out16.data(), out32.data(), out16.size() * sizeof(float)) == 0);
 }
+
+TEMPLATE_TEST_CASE("widen reads 2-byte matrices as float, every f16 and a bf16 of every exponent, contiguous and strided",
+                   "[half][kernels]", bf16, f16) {
+  using S = TestType;
+  // Every bit pattern of f16; for bf16 every exponent and sign with a few
+  // mantissas each (the low 7 bits and the top one vary).
+  std::vector<S> all;
+  for (std::uint32_t b = 0; b < 65536; ++b)
+    if (std::is_same_v<S, f16> || (b & 0x78) == 0 || (b & 0x78) == 0x78) all.push_back(S::from_bits(static_cast<std::uint16_t>(b)));
+  const auto same = [](float a, S s) {
+    const float b = static_cast<float>(s);
+    return std::isnan(b) ? std::isnan(a) : std::memcmp(&a, &b, sizeof a) == 0;
+  };
+  // Rows of 37 columns (tails of every vector width), then the transpose.
+  const std::size_t cols = 37, rows = all.size() / cols;
+  std::vector<float> out(rows * cols, -1.0f);
+  kernels::widen(kernels::strided<const S>{all.data(), rows, cols, static_cast<std::ptrdiff_t>(cols), 1},
+                 kernels::strided<float>{out.data(), rows, cols, static_cast<std::ptrdiff_t>(cols), 1});
+  std::size_t wrong = 0;
+  for (std::size_t k = 0; k < rows * cols; ++k) wrong += same(out[k], all[k]) ? 0 : 1;
+  CHECK(wrong == 0);
+  std::vector<float> t(rows * cols, -1.0f);
+  kernels::widen(kernels::strided<const S>{all.data(), cols, rows, 1, static_cast<std::ptrdiff_t>(cols)},
+                 kernels::strided<float>{t.data(), cols, rows, static_cast<std::ptrdiff_t>(rows), 1});
+  wrong = 0;
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) wrong += same(t[j * rows + i], all[i * cols + j]) ? 0 : 1;
+  CHECK(wrong == 0);
+}

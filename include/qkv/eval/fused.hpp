@@ -89,10 +89,9 @@ operand<T> compute_operand(const X& x) {
     return node_operand<Policy>(x);
   } else if constexpr (leaf<X>) {
     operand<T> r{aligned_buffer<T>(x.rows() * x.cols(), aligned_buffer<T>::uninitialized), {}};
-    const auto out = dense(r.owned.data(), x.rows(), x.cols(), x.cols());
-    for (std::size_t i = 0; i < x.rows(); ++i)
-      for (std::size_t j = 0; j < x.cols(); ++j) out(i, j) = static_cast<T>(x(i, j));
-    r.view = out.as_const();
+    auto out = matrix_view<T, dyn, dyn>(r.owned.data(), x.rows(), x.cols(), x.cols());
+    convert_matrix(x, out);
+    r.view = strided_of(out).as_const();
     return r;
   } else {
     return lasting_operand<Policy>(widen(x));  // widen(x) may hold the copies a view reads

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "../expr/node.hpp"
+#include "../kernels/api.hpp"
 #include "../shape/batch.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/tensor.hpp"
@@ -57,11 +58,26 @@ struct widened_tensor<tensor_view<T, X...>> {
   using type = tensor<float, X...>;
 };
 
-// The matrix src, converted element by element into dst (same extents).
+// A matrix or matrix view as the kernels see it.
+template <class M>
+auto strided_of(M& m) {
+  using T = std::remove_reference_t<decltype(*m.data())>;
+  std::ptrdiff_t cols = 1;
+  if constexpr (requires { m.col_stride(); }) cols = static_cast<std::ptrdiff_t>(m.col_stride());
+  return kernels::strided<T>{m.data(), m.rows(), m.cols(), static_cast<std::ptrdiff_t>(m.row_stride()), cols};
+}
+
+// The matrix src converted into dst (same extents): 2-byte storage into
+// float by the kernels' vector conversions, anything else element by element.
 template <class Src, class Dst>
 void convert_matrix(const Src& src, Dst&& dst) {
-  for (std::size_t i = 0; i < src.rows(); ++i)
-    for (std::size_t j = 0; j < src.cols(); ++j) dst(i, j) = static_cast<value_type_t<Dst>>(src(i, j));
+  using S = std::remove_const_t<value_type_t<Src>>;
+  if constexpr (half_element<S> && std::is_same_v<value_type_t<std::remove_cvref_t<Dst>>, float>) {
+    kernels::widen(strided_of(src).as_const(), strided_of(dst));
+  } else {
+    for (std::size_t i = 0; i < src.rows(); ++i)
+      for (std::size_t j = 0; j < src.cols(); ++j) dst(i, j) = static_cast<value_type_t<std::remove_cvref_t<Dst>>>(src(i, j));
+  }
 }
 
 template <class E>

@@ -46,6 +46,9 @@ void subtract(strided<double> x, strided<const double> y);
 // dst ← src.
 void copy(strided<const float> src, strided<float> dst);
 void copy(strided<const double> src, strided<double> dst);
+// dst ← src read as floats (exact), a vector at a time where both rows are contiguous.
+void widen(strided<const bf16> src, strided<float> dst);
+void widen(strided<const f16> src, strided<float> dst);
 
 // The fused attention of attention_problem.hpp; out must not overlap the inputs.
 void attention(const attention_problem<float>& problem);
