@@ -20,7 +20,6 @@ namespace qkv::mpi::detail {
 struct layout {
   int rank = 0, size = 1;
   std::vector<std::size_t> q_rows, k_rows;  // per rank
-  std::size_t q_origin(int r) const { return prefix(q_rows, r); }
   std::size_t k_origin(int r) const { return prefix(k_rows, r); }
   std::size_t queries() const { return prefix(q_rows, size); }
   std::size_t keys() const { return prefix(k_rows, size); }

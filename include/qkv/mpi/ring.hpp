@@ -1,15 +1,15 @@
-// Ring attention: each rank computes a set of query rows against every
-// rank's K/V slice; the slices travel around the ring, rank r sending to
-// r + 1 and receiving from r − 1, so that after P steps every rank has seen
-// every slice (fewer steps where no rank's queries see the slices further
-// back: a causal window). Each step's transfer is posted before the step's computation
-// and completes after it (non-blocking sends and receives, tested between
-// blocks of query rows so that the library can progress them). Each rank
-// merges the parts' results by their rows' log-sum-exp in a fixed order (its
-// own slice, then r − 1, r − 2, …; within a slice, range by range), the same
-// whatever the timing, hence the same bits. Parts that the causal and window
-// bounds hide from a block of queries are not computed. The rows are the
-// caller's consecutive ones, or under causal the zig-zag assignment
+// Ring attention: each rank computes a set of query rows against every rank's
+// K/V slice; the slices travel around the ring, rank r sending to r + 1 and
+// receiving from r − 1, so that after P steps every rank has seen every slice
+// (fewer steps where no rank's queries see the slices further back: a causal
+// window). Each step's transfer is posted before the step's computation and
+// completes after it (non-blocking sends and receives, tested between blocks
+// of query rows so that the library can progress them). Each rank merges the
+// parts' results by their rows' log-sum-exp in a fixed order (its own slice,
+// then r − 1, r − 2, …; within a slice, range by range), the same whatever the
+// timing, hence the same bits. Parts that the causal and window bounds hide
+// from a block of queries are not computed. The rows are the caller's
+// consecutive ones, or under causal the zig-zag assignment
 // (mpi/assignment.hpp), moved there and back.
 #pragma once
 
@@ -48,10 +48,10 @@ void require_distributable() {
 // Where one rank's ring spent its time: computing, waiting for the step's
 // transfers after its computation (what the computation did not hide), and
 // moving rows to the zig-zag assignment and back (which waits for the other
-// ranks to finish the ring); the bytes it sent around
-// the ring, and the pairs of each step's parts that the causal and window
-// bounds leave visible (one batch index's; what a rank computes). For the
-// benchmarks (bench/ring_bench.cpp) and the balance test.
+// ranks to finish the ring); the bytes it sent around the ring, and the pairs
+// of each step's parts that the causal and window bounds leave visible (one
+// batch index's; what a rank computes). For the benchmarks
+// (bench/ring_bench.cpp) and the balance test.
 struct ring_profile {
   double compute_seconds = 0, wait_seconds = 0, move_in_seconds = 0, move_out_seconds = 0;
   std::size_t bytes_sent = 0, steps = 0;
