@@ -242,3 +242,125 @@ TEST_CASE("fused backward with a score_mod on grouped-query tensors: each head's
     }
   }
 }
+
+namespace {
+
+template <class T>
+mat<T> transposed(const mat<T>& a) {
+  mat<T> r(a.cols(), a.rows());
+  for (std::size_t i = 0; i < a.rows(); ++i)
+    for (std::size_t j = 0; j < a.cols(); ++j) r(j, i) = a(i, j);
+  return r;
+}
+
+// additive(Wq, Wk, w) with every weight among the targets, causal or under a
+// predicate with an empty row, w a row or a column.
+template <class T, class How>
+auto additive_grads(bool causal_form, bool w_row, const mat<T>& Q, const mat<T>& K, const mat<T>& V, const mat<T>& Wq,
+                    const mat<T>& Wk, const mat<T>& w, const mat<T>& dO, How how) {
+  const mat<T> wc = w_row ? w : transposed(w);
+  const auto go = [&](const auto& e) { return gradient(e, dO, wrt(Q, K, V, Wq, Wk, wc), how); };
+  auto r = causal_form ? go(softmax(causal(similarity(Q, K, additive(Wq, Wk, wc)))) * V)
+                       : go(softmax(masked(similarity(Q, K, additive(Wq, Wk, wc)), holes_pred{})) * V);
+  if (!w_row) std::get<5>(r) = transposed(std::get<5>(r));
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("fused backward of additive with w among the targets: dw summed in the kernel, float error within a small "
+          "factor of node by node's",
+          "[gradient][similarity]") {
+  // As for the forms above: 4× the node-by-node error, and 16u of the
+  // largest gradient. dw_c sums n·m terms dS_ij tanh(a_ic + b_jc), like dK's
+  // and dQ's sums together, so the same argument holds.
+  const double u = std::ldexp(1.0, -24);
+  const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>(
+      {{1, 1, 1, 1}, {7, 13, 5, 3}, {33, 70, 17, 9}, {70, 33, 64, 40}, {140, 65, 16, 64}}));
+  const std::size_t da = 1 + (n + dk) % 13;  // the projection width: 2 to 13, across the vector width
+  ref::rng rng(static_cast<std::uint32_t>(n * 5 + m));
+  mat<float> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), Wq(dk, da), Wk(dk, da), w(1, da);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(Wq), rng.fill(Wk), rng.fill(w);
+  for (const bool causal_form : {true, false})
+    for (const bool w_row : {true, false}) {
+      INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", da = " << da
+                  << (causal_form ? ", causal" : ", a predicate") << (w_row ? ", w a row" : ", w a column"));
+      const auto f = additive_grads<float>(causal_form, w_row, Q, K, V, Wq, Wk, w, dO, qkv::fused);
+      const auto nv = additive_grads<float>(causal_form, w_row, Q, K, V, Wq, Wk, w, dO, naive);
+      const auto r = additive_grads<double>(causal_form, w_row, widened(Q), widened(K), widened(V), widened(Wq),
+                                            widened(Wk), widened(w), widened(dO), naive);
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        const auto check = [&](const auto& fi, const auto& ni, const auto& ri) {
+          const auto [fused_err, scale] = gap(fi, ri);
+          CHECK(fused_err <= 4 * gap(ni, ri).first + 16 * u * scale);
+        };
+        (check(std::get<I>(f), std::get<I>(nv), std::get<I>(r)), ...);
+      }(std::make_index_sequence<6>{});
+      // The fused backward ran: Q's gradient is the bits it has when w is no target.
+      const mat<float> wc = w_row ? w : transposed(w);
+      const auto [dQ] = causal_form ? gradient(softmax(causal(similarity(Q, K, additive(Wq, Wk, wc)))) * V, dO, wrt(Q), qkv::fused)
+                                    : gradient(softmax(masked(similarity(Q, K, additive(Wq, Wk, wc)), holes_pred{})) * V, dO,
+                                               wrt(Q), qkv::fused);
+      CHECK(test::same_bits(std::get<0>(f), dQ));
+    }
+}
+
+TEST_CASE("fused backward of additive's w in double: node by node's to double's rounding", "[gradient][similarity]") {
+  const std::size_t n = 45, m = 77, dk = 12, dv = 7, da = 9;
+  ref::rng rng(21);
+  mat<double> Q(n, dk), K(m, dk), V(m, dv), dO(n, dv), Wq(dk, da), Wk(dk, da), w(1, da);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V), rng.fill(dO), rng.fill(Wq), rng.fill(Wk), rng.fill(w);
+  const auto f = additive_grads<double>(false, true, Q, K, V, Wq, Wk, w, dO, qkv::fused);
+  const auto nv = additive_grads<double>(false, true, Q, K, V, Wq, Wk, w, dO, naive);
+  // dw_c sums 45·77 terms dS_ij tanh(·) in two orders, with Σ|dS_ij| ≤ 14n
+  // (each row of P sums to 1, |dP − D| ≤ 2·7). Random roundings give about
+  // √3465·2⁻⁵³·630 ≈ 4e-12 (the worst case, 3465·2⁻⁵³·630 ≈ 2e-10, needs
+  // every rounding alike); a wrong sum is off by order 1.
+  CHECK(gap(std::get<5>(f), std::get<5>(nv)).first < 5e-11);
+  CHECK(gap(std::get<0>(f), std::get<0>(nv)).first < 1e-12);
+}
+
+TEST_CASE("fused backward of additive's w: the same bits on 1, 2 and 3 threads, and tensors sum their heads' dw in "
+          "order",
+          "[gradient][similarity][threads]") {
+  test::threads_guard guard;
+  const std::size_t n = 150, m = 3000, d = 16, da = 24;
+  ref::rng rng(23);
+  mat<float> Q(n, d), K(m, d), V(m, d), dO(n, d), Wq(d, da), Wk(d, da), w(da, 1);
+  rng.fill(Q), rng.fill(K), rng.fill(V), rng.fill(dO), rng.fill(Wq), rng.fill(Wk), rng.fill(w);
+  const auto e = softmax(causal(similarity(Q, K, additive(Wq, Wk, w)))) * V;
+  // Enough keys for two key groups: the weights' sums of two groups are added.
+  using kernel = kernels::backward_with_functors<float, detail::fused_extension_t<std::remove_cvref_t<decltype(e)>>>::kernel;
+  REQUIRE(kernel::key_groups(m, da, d) >= 2);
+  set_threads(1);
+  const auto [dQ, dw] = gradient(e, dO, wrt(Q, w), qkv::fused);
+  {  // every group's sums counted: as accurate as node by node (the bound above)
+    const auto [nw] = gradient(e, dO, wrt(w), naive);
+    const mat<double> wd = widened(w);
+    const auto [rw] = gradient(softmax(causal(similarity(widened(Q), widened(K), additive(widened(Wq), widened(Wk), wd)))) *
+                                   widened(V),
+                               widened(dO), wrt(wd), naive);
+    const auto [fused_err, scale] = gap(dw, rw);
+    CHECK(fused_err <= 4 * gap(nw, rw).first + 16 * std::ldexp(1.0, -24) * scale);
+  }
+  for (const std::size_t t : {2, 3}) {
+    set_threads(t);
+    const auto [dQt, dwt] = gradient(e, dO, wrt(Q, w), qkv::fused);
+    INFO(t << " threads");
+    CHECK(test::same_bits(dwt, dw));
+    CHECK(test::same_bits(dQt, dQ));
+  }
+
+  const std::size_t H = 4, nh = 37, mh = 45;
+  tensor<float, dyn, dyn, dyn> TQ(H, nh, d), TK(2, mh, d), TV(2, mh, d), TdO(H, nh, d);
+  test::fill(TQ, rng), test::fill(TK, rng), test::fill(TV, rng), test::fill(TdO, rng);
+  const auto [tdw] =
+      gradient(softmax(causal(similarity(TQ, TK, additive(Wq, Wk, w)))) * TV, TdO, wrt(w), qkv::fused);
+  mat<float> sum(da, 1);
+  for (std::size_t h = 0; h < H; ++h) {
+    const auto q = TQ.matrix_at(h), k = TK.matrix_at(h / 2), v = TV.matrix_at(h / 2), o = TdO.matrix_at(h);
+    const auto [gw] = gradient(softmax(causal(similarity(q, k, additive(Wq, Wk, w)))) * v, o, wrt(w), qkv::fused);
+    for (std::size_t c = 0; c < da; ++c) sum(c, 0) += gw(c, 0);
+  }
+  CHECK(test::same_bits(tdw, sum));
+}

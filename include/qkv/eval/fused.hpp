@@ -61,6 +61,12 @@ struct chain_extension {
   V term(const V& q, const V& k, std::size_t c) const {
     return call_term(*term_f, q, k, c);
   }
+  // A term w_c·t(q, k) with weights of its own (additive): t, their slope.
+  template <class V>
+    requires requires(const Term& t, const V& v) { t.weight_slope(v, v, std::size_t(0)); }
+  V term_weight(const V& q, const V& k, std::size_t c) const {
+    return term_f->weight_slope(q, k, c);
+  }
   template <class V>
     requires(!std::is_same_v<Mod, none>)
   V modify(const V& s, const V& i, const V& j, std::size_t b, std::size_t h) const {

@@ -166,6 +166,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
   }
   run_attention(problems.data(), count, ext);
   std::vector<grad_matrix<T>> d_o(count), dq(count), dk(count), dv(count);
+  std::vector<std::vector<T>> dw(count);
   std::vector<kernels::attention_gradient<T>> grads;
   grads.reserve(count);
   for (std::size_t x = 0; x < count; ++x) {
@@ -173,8 +174,12 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     d_o[x] = value_of<T>(slice(d_out, at[x]));
     dq[x] = grad_matrix<T>(p.q.rows, p.q.cols), dk[x] = grad_matrix<T>(p.k.rows, p.q.cols);
     dv[x] = grad_matrix<T>(p.k.rows, p.v.cols);
+    const auto targets = targets_at(at[x]);
+    dw[x] = std::apply([&](const auto&... t) {
+      return term_weight_sums<T>(parts[x], p.q.cols, wrt_t<bare_t<decltype(t)>...>{std::tie(t...)});
+    }, targets);
     grads.push_back({view_of<const T>(d_o[x]), view_of<const T>(forward[x].out), forward[x].row_stats.data(),
-                     view_of<T>(dq[x]), view_of<T>(dk[x]), view_of<T>(dv[x])});
+                     view_of<T>(dq[x]), view_of<T>(dk[x]), view_of<T>(dv[x]), dw[x].empty() ? nullptr : dw[x].data()});
   }
   std::vector<norm_sums<T>> norms(has_norm_sums<P> ? count : 0);
   if constexpr (has_norm_sums<P>)
@@ -193,7 +198,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     auto acc = std::apply([&](const auto&... t) {
       return gradients<T, bare_t<decltype(t)>...>{sliced, {grad_matrix<T>(t.rows(), t.cols())...}, true, nullptr};
     }, targets);
-    propagate_attention(parts[x], dq[x], dk[x], dv[x], acc);
+    propagate_attention(parts[x], dq[x], dk[x], dv[x], dw[x], acc);
     fused_sink_backprop(parts[x], d_o[x], forward[x].out, forward[x].row_stats.data(), acc);
     add_slice_sums(e, w, at[x], sums, acc.sums);
   }

@@ -97,7 +97,7 @@ void backprop(const similarity_expr<Q, K, F>& e, const grad_matrix<T>& g, gradie
         for (std::size_t c = 0; c < d; ++c) {
           T sum = 0;
           for (std::size_t i = 0; i < n; ++i)
-            for (std::size_t j = 0; j < m; ++j) sum += g(i, j) * std::tanh(q(i, c) + k(j, c));
+            for (std::size_t j = 0; j < m; ++j) sum += g(i, j) * f.weight_slope(q(i, c), k(j, c), c);
           (w.rows() == 1 ? dw(0, c) : dw(c, 0)) = sum;
         }
         return dw;

@@ -2,9 +2,9 @@
 // where the strategy fuses (acc.fuse) and e has a fused backward, runs the
 // forward again keeping each row's maximum and sum (or takes vjp's kept
 // ones), then the backward kernel (kernels/attention_backward.hpp); its dQ,
-// dK and dV go on into Q, K and V as written in e, and dσ into per-head sinks.
-// Elsewhere (a bias or additive's w among the targets) the rule goes node by
-// node. gradient.hpp runs the same pieces on all of a tensor's batch
+// dK and dV go on into Q, K and V as written in e, additive's dw into w,
+// and dσ into per-head sinks. Elsewhere (a bias among the targets) the rule
+// goes node by node. gradient.hpp runs the same pieces on all of a tensor's batch
 // indices at once.
 #pragma once
 
@@ -19,6 +19,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace qkv::detail {
 
@@ -27,8 +28,8 @@ namespace qkv::detail {
 // below adds its norms' share) or a similarity term (the user's, additive's),
 // scaled, biased by a constant, causal, masked by a matrix or a predicate,
 // one score_mod; the functors differentiable (dual numbers); on matrices
-// (2-byte operands are read as float copies). Where a bias or additive's w
-// is differentiated, the rule goes node by node at run time.
+// (2-byte operands are read as float copies). Where a bias is
+// differentiated, the rule goes node by node at run time.
 template <class E>
 inline constexpr bool has_fused_backward = [] {
   if constexpr (has_fused_form<E>) {
@@ -70,8 +71,8 @@ template <class Q, class K, class W>
 bool bias_reads_any(const neg_sq_l2_expr<Q, K>&, const W&) { return false; }
 template <class Q, class K, class F, class W>
 bool bias_reads_any(const similarity_expr<Q, K, F>& s, const W& w) {
-  // additive's w: its gradient Σ_ij G_ij tanh(a_ic + b_jc) needs G whole.
-  if constexpr (is_additive_v<F>) return reads_any(std::get<2>(s.function().operands()), w);
+  // additive's weights: Wq and Wk through its queries and keys, w summed by the kernel.
+  if constexpr (is_additive_v<F>) return false;
   else return functor_reads_any(s.function(), w);
 }
 template <class A, class B, elementwise_op Op, class W>
@@ -181,14 +182,36 @@ void fused_sink_backprop(const E& e, const grad_matrix<T>& d_out, const grad_mat
   }, acc);
 }
 
-// dQ, dK and dV of attention e on into Q, K and V as written in e.
+// Room for the kernel's sums of additive's dw (attention_gradient's
+// d_term_weight), where w is among the targets; empty elsewhere.
+template <class T, class E, class... X>
+std::vector<T> term_weight_sums(const E& e, std::size_t width, const wrt_t<X...>& targets) {
+  const auto& core = score_core(e.lhs().arg());
+  if constexpr (is_similarity_v<bare_t<decltype(core)>>)
+    if constexpr (is_additive_v<bare_t<decltype(core.function())>>)
+      if (reads_any(std::get<2>(core.function().operands()), targets)) return std::vector<T>(width);
+  return {};
+}
+
+// dQ, dK and dV of attention e on into Q, K and V as written in e, and
+// additive's dw (d_term_weight, when not empty) into w.
 template <class T, class E, class... X>
 void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix<T>& dk, const grad_matrix<T>& dv,
-                         gradients<T, X...>& acc) {
+                         const std::vector<T>& d_term_weight, gradients<T, X...>& acc) {
   const auto& core = score_core(e.lhs().arg());
   if constexpr (is_similarity_v<bare_t<decltype(core)>>) {  // into f's queries(Q) and keys(K)
     backprop_into(similarity_queries(core.function(), core.lhs()), [&] { return dq; }, acc);
     backprop_into(similarity_keys(core.function(), core.rhs()), [&] { return dk; }, acc);
+    if constexpr (is_additive_v<bare_t<decltype(core.function())>>) {
+      if (!d_term_weight.empty()) {
+        const auto& w = std::get<2>(core.function().operands());
+        backprop_into(w, [&] {
+          grad_matrix<T> dw(w.rows(), w.cols());
+          for (std::size_t c = 0; c < d_term_weight.size(); ++c) (w.rows() == 1 ? dw(0, c) : dw(c, 0)) = d_term_weight[c];
+          return dw;
+        }, acc);
+      }
+    }
   } else if constexpr (is_neg_sq_l2_v<bare_t<decltype(core)>>) {
     backprop_into(core.lhs(), [&] { return dq; }, acc);
     backprop_into(core.rhs(), [&] { return dk; }, acc);
@@ -222,11 +245,13 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
   if constexpr (has_norm_sums<E>) norms.widen(problem);
   const std::size_t n = problem.q.rows, m = problem.k.rows, dk = problem.q.cols, dv = problem.v.cols;
   grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
-  const kernels::attention_gradient<T> grads{view_of<const T>(g), view_of<const T>(f.out), f.row_stats.data(),
-                                             view_of<T>(dq), view_of<T>(dk_), view_of<T>(dv_)};
+  std::vector<T> dw = term_weight_sums<T>(e, dk, acc.targets);
+  const kernels::attention_gradient<T> grads{view_of<const T>(g),   view_of<const T>(f.out), f.row_stats.data(),
+                                             view_of<T>(dq),        view_of<T>(dk_),         view_of<T>(dv_),
+                                             dw.empty() ? nullptr : dw.data()};
   run_backward(&problem, &grads, 1, ext);
   if constexpr (has_norm_sums<E>) norms.fold(problem, dq, dk_);
-  propagate_attention(e, dq, dk_, dv_, acc);
+  propagate_attention(e, dq, dk_, dv_, dw, acc);
   fused_sink_backprop(e, g, f.out, f.row_stats.data(), acc);
 }
 

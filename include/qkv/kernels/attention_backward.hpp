@@ -22,7 +22,10 @@
 // the modifier gives when called on dual numbers; a predicate masks and
 // skips tiles as in the forward. With a similarity term t, the scores come
 // from the term tile, and dK and dQ are sums of dS times t's partial
-// derivatives (term_keys, term_queries) instead of products.
+// derivatives (term_keys, term_queries) instead of products. A term with
+// weights of its own, w_c·t(q_c, k_c) (additive's w), has their gradient
+// Σ_ij dS_ij t(q_ic, k_jc) summed beside dK, one row of sums per key group,
+// added in the groups' order at the end: no order that depends on threads.
 //
 // A weight of 0 (a masked key, a row that sees nothing) gives dS = 0
 // exactly, and must not read what it weighs: a key or query row that is not
@@ -77,7 +80,7 @@ struct attention_backward_kernel {
 
   // The shared buffer's parts, in order.
   struct parts {
-    std::size_t kt, vt, kp, kz, qt, dot, delta, dkt, dvt, end;
+    std::size_t kt, vt, kp, kz, qt, dot, delta, dkt, dvt, tw, end;
     std::size_t n_ld, m_ld;  // row strides of qt and dot, of dkt and dvt
   };
   static constexpr parts layout(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
@@ -95,7 +98,8 @@ struct attention_backward_kernel {
     x.delta = x.dot + dv * x.n_ld;
     x.dkt = x.delta + aligned(n);
     x.dvt = x.dkt + dk * x.m_ld;
-    x.end = x.dvt + dv * x.m_ld;
+    x.tw = x.dvt + dv * x.m_ld;  // the term's weights: dk sums per key group
+    x.end = x.tw + (traits::has_term_weight ? key_groups(m, dk, dv) * dk : 0);
     return x;
   }
   static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
@@ -160,11 +164,15 @@ struct attention_backward_kernel {
                         T* scratch, bool with_dq, const Ext& ext) {
     const std::size_t n = p.q.rows, m = p.k.rows, per = group_blocks(p.q.cols, p.v.cols);
     const std::size_t kb1 = min((kg + 1) * per, key_blocks(m));
+    T* weight_sums = nullptr;
+    if constexpr (traits::has_term_weight)
+      if (g.d_term_weight != nullptr) weight_sums = shared + layout(n, m, p.q.cols, p.v.cols).tw + kg * p.q.cols;
     for (std::size_t qb = 0; qb < query_blocks(n); ++qb) {
       const std::size_t i0 = qb * BQ, br = min(BQ, n - i0);
       for (std::size_t kb = kg * per; kb < kb1; ++kb) {
         const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
-        if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, ext);
+        if (visible(p, ext, i0, br, j0, bc))
+          pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, weight_sums, ext);
       }
     }
   }
@@ -175,17 +183,25 @@ struct attention_backward_kernel {
     const std::size_t n = p.q.rows, m = p.k.rows, i0 = qb * BQ, br = min(BQ, n - i0);
     for (std::size_t kb = 0; kb < key_blocks(m); ++kb) {
       const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
-      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, false, true, ext);
+      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, false, true, nullptr, ext);
     }
   }
 
-  // dK and dV out of their transposed sums.
+  // dK and dV out of their transposed sums; the term's weights', group by group.
   static void finish(const attention_problem<T>& p, const attention_gradient<T>& g, const T* shared) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const parts x = layout(n, m, dk, dv);
     for (std::size_t j = 0; j < m; ++j) {
       for (std::size_t c = 0; c < dk; ++c) g.dk(j, c) = shared[x.dkt + c * x.m_ld + j];
       for (std::size_t c = 0; c < dv; ++c) g.dv(j, c) = shared[x.dvt + c * x.m_ld + j];
+    }
+    if constexpr (traits::has_term_weight) {
+      if (g.d_term_weight == nullptr) return;
+      for (std::size_t c = 0; c < dk; ++c) {
+        T sum = T(0);
+        for (std::size_t kg = 0; kg < key_groups(m, dk, dv); ++kg) sum += shared[x.tw + kg * dk + c];
+        g.d_term_weight[c] = sum;
+      }
     }
   }
 
@@ -204,7 +220,7 @@ struct attention_backward_kernel {
   // One tile: queries [i0, i0 + br), keys [j0, j0 + bc).
   static void pair(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t i0,
                    std::size_t br, std::size_t j0, std::size_t bc, T* scratch, bool with_dkdv, bool with_dq,
-                   const Ext& ext) {
+                   T* weight_sums, const Ext& ext) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const parts x = layout(n, m, dk, dv);
     const std::size_t bcp = up(bc, NR);
@@ -276,7 +292,7 @@ struct attention_backward_kernel {
       tile::pack(s, BK, 1, br, bc, pp);
       sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc);
       if constexpr (traits::has_term) {
-        term_keys(shared, x, i0, br, first, ds, j0, bc, dk, ext);
+        term_keys(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);
       } else {
         tile::pack(ds, BK, 1, br, bc, dsp);
         sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc);
@@ -300,9 +316,13 @@ struct attention_backward_kernel {
   }
 
   // A user's term f: dKᵀ_cj += Σ_i dS_ij ∂f/∂k(q_ic, k_jc, c), W keys at a
-  // time as the score tile takes them, the derivative from f on dual batches.
+  // time as the score tile takes them, the derivative from f on dual batches;
+  // with weight_sums, also weight_sums[c] += Σ_ij dS_ij ∂f/∂w_c.
   static void term_keys(T* shared, const parts& x, std::size_t i0, std::size_t br, const std::size_t* first,
-                        const T* ds, std::size_t j0, std::size_t bc, std::size_t dk, const Ext& ext) {
+                        const T* ds, std::size_t j0, std::size_t bc, std::size_t dk, T* weight_sums,
+                        const Ext& ext) {
+    if constexpr (traits::has_term_weight)
+      if (weight_sums != nullptr) term_weights(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);
     const batch one(T(1));
     const T* qt = shared + x.qt;
     for (std::size_t jr = 0; jr < bc; jr += NR) {
@@ -322,6 +342,29 @@ struct attention_backward_kernel {
         a0.store_unaligned(out);
         a1.store_unaligned(out + W);
       }
+    }
+  }
+
+  // weight_sums[c] += Σ_ij dS_ij t(q_ic, k_jc) for a term w_c·t(q_ic, k_jc),
+  // over the tile's panels in order. Padded and masked keys have dS = 0
+  // and finite copies (kz), so they add 0.
+  static void term_weights(const T* shared, const parts& x, std::size_t i0, std::size_t br, const std::size_t* first,
+                           const T* ds, std::size_t j0, std::size_t bc, std::size_t dk, T* weight_sums,
+                           const Ext& ext) {
+    const T* qt = shared + x.qt;
+    for (std::size_t c = 0; c < dk; ++c) {
+      batch acc(T(0));
+      for (std::size_t jr = 0; jr < bc; jr += NR) {
+        const T* panel = shared + x.kz + (j0 + jr) * dk + c * NR;
+        const batch k0 = batch::load_aligned(panel), k1 = batch::load_aligned(panel + W);
+        for (std::size_t r = first[jr / NR]; r < br; ++r) {
+          const batch q(qt[c * x.n_ld + i0 + r]);
+          const T* d = ds + r * BK + jr;
+          acc = fmadd(batch::load_aligned(d), ext.term_weight(q, k0, c), acc);
+          acc = fmadd(batch::load_aligned(d + W), ext.term_weight(q, k1, c), acc);
+        }
+      }
+      weight_sums[c] += xsimd::hadd(acc);
     }
   }
 

@@ -75,7 +75,8 @@ struct attention_problem {
 // What the backward of an attention_problem<T> reads besides it, and writes:
 // the gradient dO of the output, the forward's output O and its row_stats
 // (each row's m and l), and the gradients of Q, K and V (all with unit column
-// stride but dk and dv, which may have any strides).
+// stride but dk and dv, which may have any strides); with a term that has
+// weights of its own (extension.hpp's term_weight), their gradient too.
 template <class T>
 struct attention_gradient {
   strided<const T> d_out;  // n×dv
@@ -84,6 +85,7 @@ struct attention_gradient {
   strided<T> dq;           // n×dk
   strided<T> dk;           // m×dk
   strided<T> dv;           // m×dv
+  T* d_term_weight = nullptr;  // dk: Σ_ij dS_ij ∂term/∂w_c, when not null
 };
 
 }  // namespace qkv::kernels

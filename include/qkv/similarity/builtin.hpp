@@ -89,6 +89,12 @@ class additive_t {
     using std::tanh;
     return V(weight(c)) * tanh(a + b);
   }
+  // The term's slope in its weight w_c: tanh(a_c + b_c) (the gradient of w).
+  template <class V>
+  V weight_slope(const V& a, const V& b, std::size_t) const {
+    using std::tanh;
+    return tanh(a + b);
+  }
 
  private:
   value_type_t<wv_t> weight(std::size_t c) const { return w_.rows() == 1 ? w_(0, c) : w_(c, 0); }
