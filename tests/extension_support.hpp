@@ -416,29 +416,34 @@ ref::mat masked_by(ref::mat s, const P& keep) {
 }
 
 // The mean absolute error over every output.
-template <class A>
-real mean_error(const A& got, const ref::mat& want) {
-  real sum = 0;
+template <class A, class R>
+R mean_error(const A& got, const ref::basic_mat<R>& want) {
+  R sum = 0;
   for (std::size_t i = 0; i < want.rows; ++i)
-    for (std::size_t j = 0; j < want.cols; ++j) sum += std::fabs(static_cast<real>(got(i, j)) - want(i, j));
-  return want.v.empty() ? 0 : sum / static_cast<real>(want.v.size());
+    for (std::size_t j = 0; j < want.cols; ++j) sum += std::fabs(static_cast<R>(got(i, j)) - want(i, j));
+  return want.v.empty() ? 0 : sum / static_cast<R>(want.v.size());
 }
 
 // Holds a naive and a fused result to softmax(s)·v within the bound from
 // the scores' errors, and the fused error to twice the naive one (floored).
+// The weights and outputs of a float (or 2-byte) result in double
+// (ref::basic_mat): the exact scores rounded to double move them by about
+// 2⁻⁵³·|s|, some 10⁻⁹ of the float bound.
 template <class T, class A, class B>
-void check_pair(const A& got_naive, const B& got_fused, const scores& sc, const ref::mat& v,
+void check_pair(const A& got_naive, const B& got_fused, const scores& sc, const ref::mat& v_exact,
                 bool compare_to_naive = true) {
-  const ref::mat p = ref::softmax(sc.s);
-  const ref::mat want = ref::matmul(p, v);
-  const ref::mat bound = ref::attention_bound_from_scores<T>(sc.err, v, sc.s, p);
+  using R = std::conditional_t<(sizeof(T) < sizeof(double)), double, real>;
+  const ref::basic_mat<R> s = ref::from<R>(sc.s), err = ref::from<R>(sc.err), v = ref::from<R>(v_exact);
+  const ref::basic_mat<R> p = ref::softmax(s);
+  const ref::basic_mat<R> want = ref::matmul(p, v);
+  const ref::basic_mat<R> bound = ref::attention_bound_from_scores<T>(err, v, s, p);
   REQUIRE(got_naive.rows() == want.rows);
   REQUIRE(got_naive.cols() == want.cols);
   REQUIRE(got_fused.rows() == want.rows);
   REQUIRE(got_fused.cols() == want.cols);
   CHECK(ref::worst_ratio(got_naive, want, bound) <= 1);
   CHECK(ref::worst_ratio(got_fused, want, bound) <= 1);
-  const real floor = 8 * ref::unit_roundoff<T> * ref::max_abs(want);
+  const R floor = 8 * static_cast<R>(ref::unit_roundoff<T>) * ref::max_abs(want);
   // Below 64 outputs the largest (or the mean) of two strategies' errors of
   // one size differs by more than 2× for too many inputs to say anything:
   // the bound alone holds there.

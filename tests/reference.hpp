@@ -1,7 +1,10 @@
 // A high-precision reference for the tests, and the error bounds the library
 // is held to. The reference computes in long double (at least the 53 bits of
 // float64; 64 bits on x86-64), so its own error is negligible against a
-// float result and small against a double one.
+// float result and small against a double one. Its matrices and the bounds'
+// arithmetic take any number type (basic_mat<R>): a float result may be held
+// to a reference in double, whose error is as negligible against it, at a
+// tenth of the time where long double is a software quad (AArch64).
 #pragma once
 
 #include <qkv/qkv.hpp>
@@ -11,64 +14,75 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 namespace ref {
 
 using real = long double;
 
-struct mat {
+template <class R>
+struct basic_mat {
   std::size_t rows = 0, cols = 0;
-  std::vector<real> v;
-  mat() = default;
-  mat(std::size_t r, std::size_t c) : rows(r), cols(c), v(r * c, 0) {}
-  real& operator()(std::size_t i, std::size_t j) { return v[i * cols + j]; }
-  real operator()(std::size_t i, std::size_t j) const { return v[i * cols + j]; }
+  std::vector<R> v;
+  basic_mat() = default;
+  basic_mat(std::size_t r, std::size_t c) : rows(r), cols(c), v(r * c, 0) {}
+  R& operator()(std::size_t i, std::size_t j) { return v[i * cols + j]; }
+  R operator()(std::size_t i, std::size_t j) const { return v[i * cols + j]; }
 };
+using mat = basic_mat<real>;
 
-// Anything with rows(), cols() and (i, j): a qkv matrix or view.
-template <class M>
-mat from(const M& m) {
-  mat r(m.rows(), m.cols());
+// Anything with rows(), cols() and (i, j): a qkv matrix or view (or a
+// basic_mat of another number type).
+template <class R = real, class M>
+basic_mat<R> from(const M& m) {
+  const auto rows = [&] { if constexpr (requires { m.rows(); }) return m.rows(); else return m.rows; }();
+  const auto cols = [&] { if constexpr (requires { m.cols(); }) return m.cols(); else return m.cols; }();
+  basic_mat<R> r(rows, cols);
   for (std::size_t i = 0; i < r.rows; ++i)
-    for (std::size_t j = 0; j < r.cols; ++j) r(i, j) = static_cast<real>(m(i, j));
+    for (std::size_t j = 0; j < r.cols; ++j) r(i, j) = static_cast<R>(m(i, j));
   return r;
 }
 
-inline mat transpose(const mat& a) {
-  mat r(a.cols, a.rows);
+template <class R>
+basic_mat<R> transpose(const basic_mat<R>& a) {
+  basic_mat<R> r(a.cols, a.rows);
   for (std::size_t i = 0; i < a.rows; ++i)
     for (std::size_t j = 0; j < a.cols; ++j) r(j, i) = a(i, j);
   return r;
 }
 
-inline mat abs(const mat& a) {
-  mat r = a;
-  for (real& x : r.v) x = std::fabs(x);
+template <class R>
+basic_mat<R> abs(const basic_mat<R>& a) {
+  basic_mat<R> r = a;
+  for (R& x : r.v) x = std::fabs(x);
   return r;
 }
 
-inline mat matmul(const mat& a, const mat& b) {
-  mat r(a.rows, b.cols);
+template <class R>
+basic_mat<R> matmul(const basic_mat<R>& a, const basic_mat<R>& b) {
+  basic_mat<R> r(a.rows, b.cols);
   for (std::size_t i = 0; i < a.rows; ++i)
     for (std::size_t p = 0; p < a.cols; ++p)
       for (std::size_t j = 0; j < b.cols; ++j) r(i, j) += a(i, p) * b(p, j);
   return r;
 }
 
-inline mat scale(mat a, real s) {
-  for (real& x : a.v) x *= s;
+template <class R>
+basic_mat<R> scale(basic_mat<R> a, std::type_identity_t<R> s) {
+  for (R& x : a.v) x *= s;
   return a;
 }
 
 // Row softmax; a row with no finite entry becomes zeros.
-inline mat softmax(const mat& s) {
-  mat r(s.rows, s.cols);
+template <class R>
+basic_mat<R> softmax(const basic_mat<R>& s) {
+  basic_mat<R> r(s.rows, s.cols);
   for (std::size_t i = 0; i < s.rows; ++i) {
-    real mx = -std::numeric_limits<real>::infinity();
+    R mx = -std::numeric_limits<R>::infinity();
     for (std::size_t j = 0; j < s.cols; ++j) mx = std::fmax(mx, s(i, j));
     if (std::isinf(mx) && mx < 0) continue;
-    real sum = 0;
+    R sum = 0;
     for (std::size_t j = 0; j < s.cols; ++j) sum += (r(i, j) = std::exp(s(i, j) - mx));
     for (std::size_t j = 0; j < s.cols; ++j) r(i, j) /= sum;
   }
@@ -108,9 +122,9 @@ real gamma(std::size_t k) {
 }
 
 // Bound on |fl(A·B) − A·B| elementwise: γ_k · (|A|·|B|).
-template <class T>
-mat gemm_bound(const mat& a, const mat& b) {
-  return scale(matmul(abs(a), abs(b)), gamma<T>(a.cols));
+template <class T, class R>
+basic_mat<R> gemm_bound(const basic_mat<R>& a, const basic_mat<R>& b) {
+  return scale(matmul(abs(a), abs(b)), static_cast<R>(gamma<T>(a.cols)));
 }
 
 // Bound on |fl(softmax(S)) − softmax(S)| elementwise, S exact in T. Per
@@ -118,15 +132,15 @@ mat gemm_bound(const mat& a, const mat& b) {
 // within 2 ulp (xsimd's is 1.5), i.e. 4u; the m-term sum γ_m; the division u.
 // Weights below the smallest normal number of T may flush to zero (xsimd's
 // exp does, below e^−88 in float): an absolute term of that size covers them.
-template <class T>
-mat softmax_bound(const mat& s, const mat& p) {
-  const real u = unit_roundoff<T>;
-  mat r(s.rows, s.cols);
+template <class T, class R>
+basic_mat<R> softmax_bound(const basic_mat<R>& s, const basic_mat<R>& p) {
+  const R u = unit_roundoff<T>, g = gamma<T>(s.cols), small = tiny<T>;
+  basic_mat<R> r(s.rows, s.cols);
   for (std::size_t i = 0; i < s.rows; ++i) {
-    real mx = -std::numeric_limits<real>::infinity();
+    R mx = -std::numeric_limits<R>::infinity();
     for (std::size_t j = 0; j < s.cols; ++j) mx = std::fmax(mx, s(i, j));
     for (std::size_t j = 0; j < s.cols; ++j) {
-      r(i, j) = p(i, j) * (u * std::fabs(s(i, j) - mx) + 5 * u + gamma<T>(s.cols)) + tiny<T>;
+      r(i, j) = p(i, j) * (u * std::fabs(s(i, j) - mx) + 5 * u + g) + small;
     }
   }
   return r;
@@ -145,12 +159,13 @@ mat softmax_bound(const mat& s, const mat& p) {
 // allow twice this, for second-order terms. A constant added to a whole row
 // of scores changes neither the weights nor this bound, so e_ij may bound the
 // error against S plus such a constant (what a kernel that leaves it out computes).
-template <class T>
-mat attention_bound_from_scores(const mat& score_error, const mat& v, const mat& scores, const mat& p) {
-  const real u = unit_roundoff<T>;
-  mat r(scores.rows, v.cols);
+template <class T, class R>
+basic_mat<R> attention_bound_from_scores(const basic_mat<R>& score_error, const basic_mat<R>& v,
+                                         const basic_mat<R>& scores, const basic_mat<R>& p) {
+  const R u = unit_roundoff<T>, g = gamma<T>(scores.cols), small = tiny<T>;
+  basic_mat<R> r(scores.rows, v.cols);
   for (std::size_t i = 0; i < scores.rows; ++i) {
-    real emax = 0, smax = -std::numeric_limits<real>::infinity();
+    R emax = 0, smax = -std::numeric_limits<R>::infinity();
     for (std::size_t j = 0; j < scores.cols; ++j) {
       if (p(i, j) == 0) continue;
       emax = std::fmax(emax, score_error(i, j));
@@ -158,8 +173,8 @@ mat attention_bound_from_scores(const mat& score_error, const mat& v, const mat&
     }
     for (std::size_t j = 0; j < scores.cols; ++j) {
       if (p(i, j) == 0) continue;
-      const real rel = 2 * emax + u * std::fabs(scores(i, j) - smax) + 5 * u + 2 * gamma<T>(scores.cols);
-      for (std::size_t l = 0; l < v.cols; ++l) r(i, l) += (p(i, j) * rel + tiny<T>) * std::fabs(v(j, l));
+      const R rel = 2 * emax + u * std::fabs(scores(i, j) - smax) + 5 * u + 2 * g;
+      for (std::size_t l = 0; l < v.cols; ++l) r(i, l) += (p(i, j) * rel + small) * std::fabs(v(j, l));
     }
   }
   return scale(r, 2);
@@ -225,19 +240,20 @@ class rng {
   std::mt19937 gen_;
 };
 
-inline real max_abs(const mat& a) {
-  real r = 0;
-  for (real x : a.v) r = std::fmax(r, std::fabs(x));
+template <class R>
+R max_abs(const basic_mat<R>& a) {
+  R r = 0;
+  for (R x : a.v) r = std::fmax(r, std::fabs(x));
   return r;
 }
 
-template <class M>
-real max_error(const M& got, const mat& want) {
-  real r = 0;
+template <class M, class R>
+R max_error(const M& got, const basic_mat<R>& want) {
+  R r = 0;
   for (std::size_t i = 0; i < want.rows; ++i)
     for (std::size_t j = 0; j < want.cols; ++j) {
-      const real e = std::fabs(static_cast<real>(got(i, j)) - want(i, j));
-      if (std::isnan(e)) return std::numeric_limits<real>::infinity();
+      const R e = std::fabs(static_cast<R>(got(i, j)) - want(i, j));
+      if (std::isnan(e)) return std::numeric_limits<R>::infinity();
       r = std::fmax(r, e);
     }
   return r;
@@ -245,15 +261,15 @@ real max_error(const M& got, const mat& want) {
 
 // Largest |got − want| / bound over the elements (0 where both are 0);
 // a result within its bound scores at most 1.
-template <class M>
-real worst_ratio(const M& got, const mat& want, const mat& bound) {
-  real worst = 0;
+template <class M, class R>
+R worst_ratio(const M& got, const basic_mat<R>& want, const basic_mat<R>& bound) {
+  R worst = 0;
   for (std::size_t i = 0; i < want.rows; ++i)
     for (std::size_t j = 0; j < want.cols; ++j) {
-      const real err = std::fabs(static_cast<real>(got(i, j)) - want(i, j));
-      if (std::isnan(err)) return std::numeric_limits<real>::infinity();
+      const R err = std::fabs(static_cast<R>(got(i, j)) - want(i, j));
+      if (std::isnan(err)) return std::numeric_limits<R>::infinity();
       if (err == 0) continue;
-      worst = std::fmax(worst, bound(i, j) > 0 ? err / bound(i, j) : std::numeric_limits<real>::infinity());
+      worst = std::fmax(worst, bound(i, j) > 0 ? err / bound(i, j) : std::numeric_limits<R>::infinity());
     }
   return worst;
 }
