@@ -7,7 +7,8 @@
 // forward's 4·d, FlashAttention-2's convention), whatever an implementation
 // recomputes. With a soft-capping score_mod and a user similarity equal to
 // the dot product too, whose backward runs in this unit
-// (qkv_gradient_bench_native: -march=native).
+// (qkv_gradient_bench_native: -march=native). And additive(Wq, Wk, w) with
+// and without w's gradient, fused and node by node.
 #include "bench_common.hpp"
 
 #include <qkv/kernels/api.hpp>
@@ -19,6 +20,8 @@ extern "C" void openblas_set_num_threads(int);
 
 #include <cmath>
 #include <random>
+#include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -176,6 +179,27 @@ void fused_backward_heads(benchmark::State& state) {
   qkv::set_threads(1);
 }
 
+// additive(Wq, Wk, w) with a projection width of d: dQ, dK, dV, dWq and
+// dWk, and w's too when with_w (summed beside dK by the fused backward);
+// node by node for comparison, which materialises every n×m matrix.
+void additive_backward(benchmark::State& state, const bench::config& c, bool with_w, bool fused) {
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  qkv::matrix<float, qkv::dyn, qkv::dyn> Wq(c.d, c.d), Wk(c.d, c.d), w(1, c.d);
+  for (auto* x : {&Wq, &Wk, &w})
+    for (std::size_t k = 0; k < x->size(); ++k) x->data()[k] = in.K.data()[(k * 5) % in.K.size()] / 8;
+  const auto run = [&](const auto& e) {
+    for (auto _ : state) {
+      if (with_w && fused) benchmark::DoNotOptimize(qkv::gradient(e, in.dO, qkv::wrt(in.Q, in.K, in.V, Wq, Wk, w), qkv::fused));
+      else if (with_w) benchmark::DoNotOptimize(qkv::gradient(e, in.dO, qkv::wrt(in.Q, in.K, in.V, Wq, Wk, w), qkv::naive));
+      else benchmark::DoNotOptimize(qkv::gradient(e, in.dO, qkv::wrt(in.Q, in.K, in.V, Wq, Wk), qkv::fused));
+    }
+  };
+  if (c.causal) run(softmax(causal(similarity(in.Q, in.K, qkv::additive(Wq, Wk, w)))) * in.V);
+  else run(softmax(similarity(in.Q, in.K, qkv::additive(Wq, Wk, w))) * in.V);
+  state.counters["pairs/s"] = benchmark::Counter(bench::visible_pairs(c), benchmark::Counter::kIsIterationInvariantRate);
+}
+
 template <class F>
 void register_each(const std::string& impl, F fn) {
   for (const bench::config& c : sizes())
@@ -192,6 +216,19 @@ const int registered = [] {
 #ifdef QKV_BENCH_OPENBLAS
   register_each("openblas_backward", openblas_backward);
 #endif
+  for (const std::size_t t : {256, 1024})
+    for (const bool causal : {false, true}) {
+      const bench::config c{t, t, 64, causal};
+      for (const auto& [name, with_w, fused] : {std::tuple{"additive_backward/fused", false, true},
+                                                std::tuple{"additive_backward_with_w/fused", true, true},
+                                                std::tuple{"additive_backward_with_w/naive", true, false}})
+        benchmark::RegisterBenchmark((std::string(name) + "/" + c.name()).c_str(),
+                                     [c, with_w = with_w, fused = fused](benchmark::State& s) {
+                                       additive_backward(s, c, with_w, fused);
+                                     })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+    }
   benchmark::RegisterBenchmark("fused_gradient_8_heads/T=4096/d=64/causal=1", fused_backward_heads)
       ->Arg(1)
       ->Arg(2)
