@@ -172,7 +172,7 @@ struct attention_backward_kernel {
       for (std::size_t kb = kg * per; kb < kb1; ++kb) {
         const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
         if (visible(p, ext, i0, br, j0, bc))
-          pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, weight_sums, ext);
+          pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, weight_sums, ext, kb + 1 == kb1 ? i0 + BQ : n);
       }
     }
   }
@@ -183,7 +183,7 @@ struct attention_backward_kernel {
     const std::size_t n = p.q.rows, m = p.k.rows, i0 = qb * BQ, br = min(BQ, n - i0);
     for (std::size_t kb = 0; kb < key_blocks(m); ++kb) {
       const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
-      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, false, true, nullptr, ext);
+      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, false, true, nullptr, ext, n);
     }
   }
 
@@ -206,6 +206,10 @@ struct attention_backward_kernel {
   }
 
  private:
+  static void prefetch(const T* row, std::size_t count) {
+    for (std::size_t b = 0; b < count * sizeof(T); b += 64) __builtin_prefetch(reinterpret_cast<const char*>(row) + b, 0, 1);
+  }
+
   static bool finite_row(const T* x, std::ptrdiff_t stride, std::size_t count) {
     T probe = T(0);
     for (std::size_t c = 0; c < count; ++c) probe += x[static_cast<std::ptrdiff_t>(c) * stride] * T(0);
@@ -220,10 +224,15 @@ struct attention_backward_kernel {
   // One tile: queries [i0, i0 + br), keys [j0, j0 + bc).
   static void pair(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t i0,
                    std::size_t br, std::size_t j0, std::size_t bc, T* scratch, bool with_dkdv, bool with_dq,
-                   T* weight_sums, const Ext& ext) {
+                   T* weight_sums, const Ext& ext, std::size_t next) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const parts x = layout(n, m, dk, dv);
     const std::size_t bcp = up(bc, NR);
+    // The rows of queries [next, next + BQ), which the next tile reads, are
+    // fetched ahead a strip at a time: with one key block in a group (dk =
+    // 128 on a 512 KiB L2) every tile reads a new query block, whose rows
+    // would otherwise come from L3 as the products wait.
+    const std::size_t ahead = next < n ? min(BQ, n - next) : 0;
     T* s = scratch;                  // scores, then weights P (rows of BK)
     T* ds = s + aligned(BQ * BK);    // dP, then dS
     T* pp = ds + aligned(BQ * BK);   // P packed as a B operand
@@ -252,6 +261,11 @@ struct attention_backward_kernel {
         const std::size_t i = min(i0 + ir + r, n - 1);
         q_rows[r] = p.q.ptr(i, 0);
         do_rows[r] = g.d_out.ptr(i, 0);
+      }
+      for (std::size_t r = ir; r < min(ir + MR, ahead); ++r) {
+        prefetch(p.q.ptr(next + r, 0), dk);
+        prefetch(g.d_out.ptr(next + r, 0), dv);
+        if (with_dq) prefetch(g.dq.ptr(next + r, 0), dk);
       }
       for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
         if constexpr (traits::has_term) terms::run(ext, dk, q_rows, shared + x.kt + (j0 + jr) * dk, s + ir * BK + jr, BK, NR);
@@ -290,6 +304,8 @@ struct attention_backward_kernel {
     if (with_dkdv) {
       // dVᵀ += dOᵀ P and dKᵀ += Qᵀ dS, both sums over the tile's queries.
       tile::pack(s, BK, 1, br, bc, pp);
+      for (std::size_t c = 0; ahead != 0 && c < dk; ++c) prefetch(shared + x.qt + c * x.n_ld + next, ahead);
+      for (std::size_t c = 0; ahead != 0 && c < dv; ++c) prefetch(shared + x.dot + c * x.n_ld + next, ahead);
       sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc);
       if constexpr (traits::has_term) {
         term_keys(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);

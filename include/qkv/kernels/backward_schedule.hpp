@@ -30,26 +30,34 @@ T* thread_scratch(std::size_t elements) {
   return schedule_detail::thread_buffer<T, 3>(elements);
 }
 
+// A problem's packed operands and sums, the calling thread's own and kept
+// for its next backward, as the forward keeps its packed K and V: a new
+// buffer each call spent a few percent of the time faulting its pages in.
+template <class T>
+T* thread_shared(std::size_t elements) {
+  return schedule_detail::thread_buffer<T, 4>(elements);
+}
+
 // One problem: on one thread when `alone` or when it has one group of keys,
 // else spread over the threads.
 template <class Kernel, class T>
 void backward_one(const Kernel& k, const attention_problem<T>& p, const attention_gradient<T>& g, bool alone) {
   const std::size_t n = p.q.rows, m = p.k.rows;
-  detail::aligned_buffer<T> shared(k.shared_size(n, m, p.q.cols, p.v.cols), detail::aligned_buffer<T>::uninitialized);
-  k.prepare(p, g, shared.data());
+  T* const shared = thread_shared<T>(k.shared_size(n, m, p.q.cols, p.v.cols));
+  k.prepare(p, g, shared);
   const std::size_t key_groups = k.key_groups(m, p.q.cols, p.v.cols), query_blocks = k.query_blocks(n);
   if (alone || threads() == 1 || key_groups < 2) {
     T* scratch = thread_scratch<T>(k.scratch_size());
-    for (std::size_t b = 0; b < key_groups; ++b) k.key_group(p, g, shared.data(), b, scratch, true);
+    for (std::size_t b = 0; b < key_groups; ++b) k.key_group(p, g, shared, b, scratch, true);
   } else {
     detail::parallel_for(key_groups, [&](std::size_t b) {
-      k.key_group(p, g, shared.data(), b, thread_scratch<T>(k.scratch_size()), false);
+      k.key_group(p, g, shared, b, thread_scratch<T>(k.scratch_size()), false);
     });
     detail::parallel_for(query_blocks, [&](std::size_t b) {
-      k.query_block(p, g, shared.data(), b, thread_scratch<T>(k.scratch_size()));
+      k.query_block(p, g, shared, b, thread_scratch<T>(k.scratch_size()));
     });
   }
-  k.finish(p, g, shared.data());
+  k.finish(p, g, shared);
 }
 
 }  // namespace backward_detail
