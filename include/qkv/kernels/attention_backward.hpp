@@ -304,14 +304,12 @@ struct attention_backward_kernel {
     if (with_dkdv) {
       // dVᵀ += dOᵀ P and dKᵀ += Qᵀ dS, both sums over the tile's queries.
       tile::pack(s, BK, 1, br, bc, pp);
-      for (std::size_t c = 0; ahead != 0 && c < dk; ++c) prefetch(shared + x.qt + c * x.n_ld + next, ahead);
-      for (std::size_t c = 0; ahead != 0 && c < dv; ++c) prefetch(shared + x.dot + c * x.n_ld + next, ahead);
-      sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc);
+      sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc, next, ahead);
       if constexpr (traits::has_term) {
         term_keys(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);
       } else {
         tile::pack(ds, BK, 1, br, bc, dsp);
-        sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc);
+        sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc, next, ahead);
       }
     }
     if constexpr (traits::has_term) {
@@ -414,10 +412,13 @@ struct attention_backward_kernel {
 
   // sum[0:d, j0:j0+bc] += A[0:d, i0:i0+br] · packed, for A stored d × n
   // (row stride n) and sum d × m (row stride m), both transposed; the panel
-  // of keys jr from row first[jr / NR] of the tile on.
+  // of keys jr from row first[jr / NR] of the tile on; A's columns [next,
+  // next + ahead) fetched ahead for the next tile, a strip at a time.
   static void sum_over_queries(const T* a, std::size_t n, std::size_t i0, std::size_t br, const std::size_t* first,
-                               std::size_t d, const T* packed, T* sum, std::size_t m, std::size_t j0, std::size_t bc) {
+                               std::size_t d, const T* packed, T* sum, std::size_t m, std::size_t j0, std::size_t bc,
+                               std::size_t next, std::size_t ahead) {
     for (std::size_t c = 0; c < d; c += MR) {
+      for (std::size_t r = c; ahead != 0 && r < min(c + MR, d); ++r) prefetch(a + r * n + next, ahead);
       for (std::size_t jr = 0; jr < bc; jr += NR) {
         const std::size_t r0 = first[jr / NR];
         if (r0 == br) continue;
