@@ -38,6 +38,7 @@
 #include "attention_problem.hpp"
 #include "blocking.hpp"
 #include "online_softmax.hpp"
+#include "prefetch.hpp"
 #include "register_tile.hpp"
 #include "score_transform.hpp"
 #include "term_tile.hpp"
@@ -206,9 +207,8 @@ struct attention_backward_kernel {
   }
 
  private:
-  static void prefetch(const T* row, std::size_t count) {
-    for (std::size_t b = 0; b < count * sizeof(T); b += 64) __builtin_prefetch(reinterpret_cast<const char*>(row) + b, 0, 1);
-  }
+  // count values from row into L2 (the next tile's, kept out of L1's way).
+  static void prefetch(const T* row, std::size_t count) { prefetch_bytes<1>(row, count * sizeof(T)); }
 
   static bool finite_row(const T* x, std::ptrdiff_t stride, std::size_t count) {
     T probe = T(0);

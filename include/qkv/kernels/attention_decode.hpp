@@ -19,6 +19,7 @@
 #include "blocking.hpp"
 #include "load_float.hpp"
 #include "online_softmax.hpp"
+#include "prefetch.hpp"
 #include "score_transform.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -246,12 +247,9 @@ struct attention_decode {
     for (; c < d; ++c) y[c] += a * static_cast<T>(x[static_cast<std::ptrdiff_t>(c) * xcs]);
   }
 
-  // Asks for the cache lines of `bytes` from row: decoding waits on memory,
-  // and between the keys and the values of a part the hardware's own
-  // prefetch has to find each stream again.
-  static void prefetch_row(const void* row, std::size_t bytes) {
-    for (std::size_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(row) + b);
-  }
+  // Decoding waits on memory, and between the keys and the values of a part
+  // the hardware's own prefetch has to find each stream again.
+  static void prefetch_row(const void* row, std::size_t bytes) { prefetch_bytes(row, bytes); }
 
   template <class S>
   static batch load(const S* p) {
