@@ -1,6 +1,6 @@
 // Catch2's main for the AVX-512 exponential's tests
 // (softmax_exp_avx512_test.cpp), compiled without AVX-512. CTest runs the
-// program through if_avx512.cpp, which skips it on a CPU without the set
+// program through if_cpu.cpp, which skips it on a CPU without the set
 // before any of its code runs; the check here is for a run by hand (which a
 // sanitizers' build may still end in SIGILL, before main).
 #define CATCH_CONFIG_RUNNER

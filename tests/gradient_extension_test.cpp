@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -89,6 +90,18 @@ TEST_CASE("dual numbers: each function's derivative, on numbers and on batches",
   // One-sided where there is no derivative.
   CHECK(xsimd::abs(dual<double>(0.0, 1.0)).d == 0.0);
   CHECK(decltype(x)(30).d.get(0) == 0.0);
+  // A constant's derivative takes no part: (2x)′ is 2 at x = ∞, not
+  // 1·2 + ∞·0 = NaN; a function of constants is a constant (d = 0).
+  const double inf = std::numeric_limits<double>::infinity();
+  CHECK((dual<double>(inf, 1.0) * dual<double>(2.0)).d == 2.0);
+  CHECK((dual<double>(inf, 1.0) / dual<double>(2.0)).d == 0.5);
+  CHECK((dual<double>(inf, 1.0) - dual<double>(inf)).d == 1.0);
+  CHECK((dual<B>(B(inf), B(1.0)) * 3.0).d.get(0) == 3.0);
+  CHECK(tanh(dual<double>(0.5) * dual<double>(inf)).d == 0.0);
+  // A default-made dual is a variable whose parts are set afterwards.
+  dual<double> y;
+  y.v = 3.0, y.d = 1.0;
+  CHECK((y * y).d == 6.0);
 }
 
 namespace {

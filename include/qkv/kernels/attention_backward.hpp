@@ -42,6 +42,7 @@
 #include "register_tile.hpp"
 #include "score_transform.hpp"
 #include "term_tile.hpp"
+#include "transpose.hpp"
 #include "../storage/dual.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -81,7 +82,7 @@ struct attention_backward_kernel {
 
   // The shared buffer's parts, in order.
   struct parts {
-    std::size_t kt, vt, kp, kz, qt, dot, delta, dkt, dvt, tw, end;
+    std::size_t kt, vt, kp, kz, qt, dot, delta, dkt, dvt, tw, dqt, end;
     std::size_t n_ld, m_ld;  // row strides of qt and dot, of dkt and dvt
   };
   static constexpr parts layout(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
@@ -100,14 +101,16 @@ struct attention_backward_kernel {
     x.dkt = x.delta + aligned(n);
     x.dvt = x.dkt + dk * x.m_ld;
     x.tw = x.dvt + dv * x.m_ld;  // the term's weights: dk sums per key group
-    x.end = x.tw + (traits::has_term_weight ? key_groups(m, dk, dv) * dk : 0);
+    x.dqt = x.tw + (traits::has_term_weight ? key_groups(m, dk, dv) * dk : 0);
+    x.end = x.dqt + (traits::has_term ? dk * x.n_ld : 0);  // a term's dQ, summed transposed
     return x;
   }
   static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
     return layout(n, m, dk, dv).end;
   }
-  // A tile's scores or weights, dP or dS, and P and dS packed: per thread.
-  static constexpr std::size_t scratch_size() { return 4 * aligned(BQ * BK); }
+  // A tile's scores or weights, dP or dS, and P and dS packed (or, with a
+  // term, dS transposed, rows of up(BQ, NR) queries): per thread.
+  static constexpr std::size_t scratch_size() { return 3 * aligned(BQ * BK) + aligned(BK * up(BQ, NR)); }
 
   // Packs the operands, computes D, and zeroes the sums (dQ's too).
   static void prepare(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared) {
@@ -142,8 +145,9 @@ struct attention_backward_kernel {
       delta[i] = d;
     }
     for (std::size_t e = x.dkt; e < x.end; ++e) shared[e] = T(0);
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = T(0);
+    if constexpr (!traits::has_term)
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = T(0);
   }
 
   // Key blocks go in groups whose packed K and V and sums of dK and dV stay
@@ -188,10 +192,14 @@ struct attention_backward_kernel {
     }
   }
 
-  // dK and dV out of their transposed sums; the term's weights', group by group.
+  // dK and dV out of their transposed sums (a term's dQ too); the term's
+  // weights', group by group.
   static void finish(const attention_problem<T>& p, const attention_gradient<T>& g, const T* shared) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const parts x = layout(n, m, dk, dv);
+    if constexpr (traits::has_term)
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = shared[x.dqt + c * x.n_ld + i];
     for (std::size_t j = 0; j < m; ++j) {
       for (std::size_t c = 0; c < dk; ++c) g.dk(j, c) = shared[x.dkt + c * x.m_ld + j];
       for (std::size_t c = 0; c < dv; ++c) g.dv(j, c) = shared[x.dvt + c * x.m_ld + j];
@@ -313,7 +321,7 @@ struct attention_backward_kernel {
       }
     }
     if constexpr (traits::has_term) {
-      if (with_dq) term_queries(g, shared, x, i0, br, keys, ds, j0, dk, ext);
+      if (with_dq) term_queries(shared, x, i0, br, keys, ds, dsp, j0, dk, ext);
     } else if (with_dq) {
       // dQ += dS K, a sum over the tile's keys.
       for (std::size_t ir = 0; ir < br; ir += MR) {
@@ -329,12 +337,14 @@ struct attention_backward_kernel {
     }
   }
 
-  // A user's term f: dKᵀ_cj += Σ_i dS_ij ∂f/∂k(q_ic, k_jc, c), W keys at a
-  // time as the score tile takes them, the derivative from f on dual batches;
-  // with weight_sums, also weight_sums[c] += Σ_ij dS_ij ∂f/∂w_c.
-  static void term_keys(T* shared, const parts& x, std::size_t i0, std::size_t br, const std::size_t* first,
-                        const T* ds, std::size_t j0, std::size_t bc, std::size_t dk, T* weight_sums,
-                        const Ext& ext) {
+  // A user's term f: dKᵀ_cj += Σ_i dS_ij ∂f/∂k(q_ic, k_jc, c), the shape of
+  // sum_over_queries' register tile (MR components by NR keys, summed over
+  // the tile's queries) with the derivative, f on dual batches, in place of
+  // the query's value: for f = q·k it is q, and the loop is that product's.
+  // With weight_sums, also weight_sums[c] += Σ_ij dS_ij ∂f/∂w_c.
+  [[gnu::flatten]] static void term_keys(T* shared, const parts& x, std::size_t i0, std::size_t br,
+                                         const std::size_t* first, const T* ds, std::size_t j0, std::size_t bc,
+                                         std::size_t dk, T* weight_sums, const Ext& ext) {
     if constexpr (traits::has_term_weight)
       if (weight_sums != nullptr) term_weights(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);
     const batch one(T(1));
@@ -343,18 +353,34 @@ struct attention_backward_kernel {
       const std::size_t r0 = first[jr / NR];
       if (r0 == br) continue;
       const T* panel = shared + x.kz + (j0 + jr) * dk;
-      for (std::size_t c = 0; c < dk; ++c) {
-        const D k0(batch::load_aligned(panel + c * NR), one), k1(batch::load_aligned(panel + c * NR + W), one);
-        T* out = shared + x.dkt + c * x.m_ld + j0 + jr;
-        batch a0 = batch::load_unaligned(out), a1 = batch::load_unaligned(out + W);
-        for (std::size_t r = r0; r < br; ++r) {
-          const D q(batch(qt[c * x.n_ld + i0 + r]));
-          const T* d = ds + r * BK + jr;
-          a0 = fmadd(batch::load_aligned(d), D(ext.term(q, k0, c)).d, a0);
-          a1 = fmadd(batch::load_aligned(d + W), D(ext.term(q, k1, c)).d, a1);
+      for (std::size_t c0 = 0; c0 < dk; c0 += MR) {
+        // Components past dk repeat the last one and are not stored.
+        // Batches, not duals, live across the loop: a dual made where it is
+        // used is seen to be a constant or not, and its zeros fold away.
+        std::size_t cs[MR];
+        batch k0[MR], k1[MR], lo[MR], hi[MR];
+        T* out[MR];
+        for (std::size_t r = 0; r < MR; ++r) {
+          cs[r] = min(c0 + r, dk - 1);
+          k0[r] = batch::load_aligned(panel + cs[r] * NR);
+          k1[r] = batch::load_aligned(panel + cs[r] * NR + W);
+          out[r] = shared + x.dkt + cs[r] * x.m_ld + j0 + jr;
+          lo[r] = batch::load_unaligned(out[r]);
+          hi[r] = batch::load_unaligned(out[r] + W);
         }
-        a0.store_unaligned(out);
-        a1.store_unaligned(out + W);
+        for (std::size_t i = r0; i < br; ++i) {
+          const batch d0 = batch::load_aligned(ds + i * BK + jr), d1 = batch::load_aligned(ds + i * BK + jr + W);
+#pragma GCC unroll 8
+          for (std::size_t r = 0; r < MR; ++r) {
+            const D q(batch(qt[cs[r] * x.n_ld + i0 + i]));
+            lo[r] = fmadd(d0, D(ext.term(q, D(k0[r], one), cs[r])).d, lo[r]);
+            hi[r] = fmadd(d1, D(ext.term(q, D(k1[r], one), cs[r])).d, hi[r]);
+          }
+        }
+        for (std::size_t r = 0; r < min(MR, dk - c0); ++r) {
+          lo[r].store_unaligned(out[r]);
+          hi[r].store_unaligned(out[r] + W);
+        }
       }
     }
   }
@@ -382,30 +408,82 @@ struct attention_backward_kernel {
     }
   }
 
-  // dQ_ic += Σ_j dS_ij ∂f/∂q(q_ic, k_jc, c): a strip of MR rows sharing each
-  // load of the keys, each row's sum reduced once per component.
-  static void term_queries(const attention_gradient<T>& g, const T* shared, const parts& x, std::size_t i0,
-                           std::size_t br, const std::size_t* keys, const T* ds, std::size_t j0, std::size_t dk,
-                           const Ext& ext) {
+  // dQ_ic += Σ_j dS_ij ∂f/∂q(q_ic, k_jc, c), as dQᵀ = Kᵀ dSᵀ on the register
+  // tile: MR components by NR queries, summed over the keys, with dS
+  // transposed once per tile (dst, NR-aligned rows of queries) and the
+  // derivative in place of the key's value. Lanes are queries, so every
+  // term's call has one component c; the sums go to dQᵀ (dqt), a vector at
+  // a time, but a block's last strip value by value: the next block's
+  // columns may be another thread's.
+  [[gnu::flatten]] static void term_queries(T* shared, const parts& x,
+                                            std::size_t i0, std::size_t br, const std::size_t* keys, const T* ds,
+                                            T* dst, std::size_t j0, std::size_t dk, const Ext& ext) {
+    constexpr std::size_t ldt = up(BQ, NR);
+    std::size_t most = 0;
+    for (std::size_t ir = 0; ir < br; ir += MR) most = keys[ir / MR] > most ? keys[ir / MR] : most;
+    if constexpr (transposes<Arch, T>) {
+      // W×W blocks in registers; rows past br are 0, keys past most unused.
+      for (std::size_t i = 0; i < up(br, NR); i += W)
+        for (std::size_t j = 0; j < most; j += W) {
+          batch r[W];
+          for (std::size_t q = 0; q < W; ++q) r[q] = i + q < br ? batch::load_aligned(ds + (i + q) * BK + j) : batch(T(0));
+          transpose_square<Arch, T>(r);
+          for (std::size_t q = 0; q < W; ++q) r[q].store_aligned(dst + (j + q) * ldt + i);
+        }
+    } else {
+      for (std::size_t i = 0; i < br; ++i)
+        for (std::size_t j = 0; j < most; ++j) dst[j * ldt + i] = ds[i * BK + j];
+      for (std::size_t j = 0; j < most; ++j)
+        for (std::size_t i = br; i < up(br, NR); ++i) dst[j * ldt + i] = T(0);
+    }
     const batch one(T(1));
     const T* qt = shared + x.qt;
-    for (std::size_t ir = 0; ir < br; ir += MR) {
-      const std::size_t count = keys[ir / MR], rows = min(MR, br - ir);
+    alignas(64) T tail[MR * NR];  // a last strip's queries, zero past br
+    alignas(64) T sums[NR];
+    for (std::size_t ir = 0; ir < br; ir += NR) {
+      const std::size_t rows = min(NR, br - ir);
+      std::size_t count = 0;  // the keys the strip's rows see
+      for (std::size_t r = ir; r < ir + rows; r += MR) count = keys[r / MR] > count ? keys[r / MR] : count;
+      count = keys[(ir + rows - 1) / MR] > count ? keys[(ir + rows - 1) / MR] : count;
       if (count == 0) continue;
-      for (std::size_t c = 0; c < dk; ++c) {
-        batch acc[MR];
-        D q[MR];
-        for (std::size_t r = 0; r < rows; ++r) acc[r] = batch(T(0)), q[r] = D(batch(qt[c * x.n_ld + i0 + ir + r]), one);
+      for (std::size_t c0 = 0; c0 < dk; c0 += MR) {
+        std::size_t cs[MR];
+        batch q0[MR], q1[MR], lo[MR], hi[MR];
+        for (std::size_t r = 0; r < MR; ++r) {
+          cs[r] = min(c0 + r, dk - 1);
+          const T* q = qt + cs[r] * x.n_ld + i0 + ir;
+          if (rows < NR) {
+            for (std::size_t i = 0; i < NR; ++i) tail[r * NR + i] = i < rows ? q[i] : T(0);
+            q = tail + r * NR;
+          }
+          q0[r] = batch::load_unaligned(q);
+          q1[r] = batch::load_unaligned(q + W);
+          lo[r] = hi[r] = batch(T(0));
+        }
         for (std::size_t jr = 0; jr < count; jr += NR) {
-          const T* panel = shared + x.kz + (j0 + jr) * dk + c * NR;
-          const D k0(batch::load_aligned(panel)), k1(batch::load_aligned(panel + W));
-          for (std::size_t r = 0; r < rows; ++r) {
-            const T* d = ds + (ir + r) * BK + jr;
-            acc[r] = fmadd(batch::load_aligned(d), D(ext.term(q[r], k0, c)).d, acc[r]);
-            acc[r] = fmadd(batch::load_aligned(d + W), D(ext.term(q[r], k1, c)).d, acc[r]);
+          const T* panel = shared + x.kz + (j0 + jr) * dk;
+          const T* d = dst + jr * ldt + ir;
+          for (std::size_t j = 0; j < min(NR, count - jr); ++j, ++panel, d += ldt) {
+            const batch d0 = batch::load_aligned(d), d1 = batch::load_aligned(d + W);
+#pragma GCC unroll 8
+            for (std::size_t r = 0; r < MR; ++r) {
+              const D k(batch(panel[cs[r] * NR]));
+              lo[r] = fmadd(d0, D(ext.term(D(q0[r], one), k, cs[r])).d, lo[r]);
+              hi[r] = fmadd(d1, D(ext.term(D(q1[r], one), k, cs[r])).d, hi[r]);
+            }
           }
         }
-        for (std::size_t r = 0; r < rows; ++r) g.dq(i0 + ir + r, c) += xsimd::hadd(acc[r]);
+        for (std::size_t r = 0; r < min(MR, dk - c0); ++r) {
+          T* out = shared + x.dqt + (c0 + r) * x.n_ld + i0 + ir;
+          if (rows == NR) {
+            (batch::load_unaligned(out) + lo[r]).store_unaligned(out);
+            (batch::load_unaligned(out + W) + hi[r]).store_unaligned(out + W);
+          } else {
+            lo[r].store_aligned(sums);
+            hi[r].store_aligned(sums + W);
+            for (std::size_t i = 0; i < rows; ++i) out[i] += sums[i];
+          }
+        }
       }
     }
   }

@@ -1,9 +1,10 @@
 // A W×W block of floats transposed in registers: r[i] holds row i before and
 // column i after. It packs K's rows into the columns of the register tile's
 // panels, a vector at a time instead of one value at a time (at T = 256 the
-// scalar packing was 5–7% of an attention call). xsimd 8.1's zip_lo and
-// zip_hi interleave within 128-bit lanes on AVX and AVX-512, so the shuffles
-// are each set's own; a set without them (transposes<Arch, T> false) packs
+// scalar packing was 5–7% of an attention call), and turns a tile of dS
+// into dSᵀ for a similarity term's dQ. xsimd 8.1's zip_lo and zip_hi
+// interleave within 128-bit lanes on AVX and AVX-512, so the shuffles are
+// each set's own; a set without them (transposes<Arch, T> false) moves
 // value by value.
 #pragma once
 
@@ -11,25 +12,27 @@
 
 #include <type_traits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX__)
 #include <immintrin.h>
 #endif
 
 namespace qkv::kernels {
 
 template <class Arch, class T>
-inline constexpr bool transposes =
+inline constexpr bool transposes = std::is_same_v<T, float> && (
 #if defined(__AVX512F__)
-    std::is_base_of_v<xsimd::avx512f, Arch> && std::is_same_v<T, float>;
-#else
-    false;
+    std::is_base_of_v<xsimd::avx512f, Arch> ||
 #endif
+#if defined(__AVX__)
+    std::is_base_of_v<xsimd::avx, Arch> ||
+#endif
+    false);
 
 template <class Arch, class T>
 void transpose_square(xsimd::batch<T, Arch>* r) {
   static_assert(transposes<Arch, T>, "qkv: internal: no register transpose for this set and type");
 #if defined(__AVX512F__)
-  if constexpr (transposes<Arch, T>) {
+  if constexpr (transposes<Arch, T> && std::is_base_of_v<xsimd::avx512f, Arch>) {
     // Pairs of rows interleaved by 32 bits, then by 64, then 128-bit lanes
     // gathered across registers twice: 64 shuffles for 256 values.
     auto pd = [](__m512 x) { return _mm512_castps_pd(x); };
@@ -56,9 +59,29 @@ void transpose_square(xsimd::batch<T, Arch>* r) {
       r[8 + c] = _mm512_shuffle_f32x4(b[c], b[8 + c], 0xdd);
     }
   }
-#else
-  (void)r;
 #endif
+#if defined(__AVX__)
+  if constexpr (transposes<Arch, T> && std::is_base_of_v<xsimd::avx, Arch>) {
+    // Rows interleaved by 32 bits, then by 64 within each 128-bit lane,
+    // then the lanes exchanged: 24 shuffles for 64 values.
+    __m256 a[8], b[8];
+    for (int i = 0; i < 4; ++i) {
+      a[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+      a[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      b[4 * i] = _mm256_shuffle_ps(a[4 * i], a[4 * i + 2], 0x44);
+      b[4 * i + 1] = _mm256_shuffle_ps(a[4 * i], a[4 * i + 2], 0xee);
+      b[4 * i + 2] = _mm256_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0x44);
+      b[4 * i + 3] = _mm256_shuffle_ps(a[4 * i + 1], a[4 * i + 3], 0xee);
+    }
+    for (int c = 0; c < 4; ++c) {
+      r[c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x20);
+      r[4 + c] = _mm256_permute2f128_ps(b[c], b[4 + c], 0x31);
+    }
+  }
+#endif
+  (void)r;
 }
 
 }  // namespace qkv::kernels

@@ -6,8 +6,17 @@
 // so that nobody writes a derivative by hand.
 //
 // A dual is constructible from a number (decltype(s)(30)), as a batch is,
-// and mixes with numbers in arithmetic. Functions with dual overloads, found
-// as `using std::f; f(x)` finds them (ADL) and as xsimd::f:
+// and mixes with numbers in arithmetic. One made from a number alone is a
+// constant: its d is 0 and takes no part in the arithmetic (c·x has
+// derivative c·x′, not c·x′ + x·0, which costs a multiply and an add that
+// IEEE arithmetic does not let the compiler drop, and is NaN at x = ∞).
+// The kernels make q a constant when they differentiate in k, and k when
+// in q, so a term's derivative costs what it computes: for q·k, nothing.
+// A variable is dual{x, dx}, or a default-made dual whose v and d are then
+// set (setting d of a constant does not make it vary).
+//
+// Functions with dual overloads, found as `using std::f; f(x)` finds them
+// (ADL) and as xsimd::f:
 //   abs fabs sqrt cbrt exp exp2 expm1 log log2 log10 log1p sin cos tan asin
 //   acos atan sinh cosh tanh erf, pow(x, p) and pow(x, y), fmin fmax fma,
 //   floor ceil trunc round (slope 0); and xsimd::min, max, select.
@@ -54,19 +63,37 @@ struct dual {
   V d;  // its derivative
 
   dual() : v(element_type(0)), d(element_type(0)) {}
-  dual(element_type x) : v(x), d(element_type(0)) {}  // a constant
-  dual(const V& x) requires(!std::is_same_v<V, element_type>) : v(x), d(element_type(0)) {}
+  dual(element_type x) : v(x), d(element_type(0)), varies_(false) {}  // a constant
+  dual(const V& x) requires(!std::is_same_v<V, element_type>) : v(x), d(element_type(0)), varies_(false) {}
   dual(const V& x, const V& dx) : v(x), d(dx) {}
 
   // Hidden friends: found by ADL, and a number on either side converts.
+  // A constant's derivative takes no part: c·x is c·x′, not c·x′ + x·0,
+  // whose x·0 IEEE arithmetic does not let the compiler drop (∞·0 is NaN).
   friend dual operator+(const dual& a) { return a; }
-  friend dual operator-(const dual& a) { return {-a.v, -a.d}; }
-  friend dual operator+(const dual& a, const dual& b) { return {a.v + b.v, a.d + b.d}; }
-  friend dual operator-(const dual& a, const dual& b) { return {a.v - b.v, a.d - b.d}; }
-  friend dual operator*(const dual& a, const dual& b) { return {a.v * b.v, a.d * b.v + a.v * b.d}; }
+  friend dual operator-(const dual& a) { return {-a.v, -a.d, a.varies_}; }
+  friend dual operator+(const dual& a, const dual& b) {
+    if (!a.varies_) return {a.v + b.v, b.d, b.varies_};
+    if (!b.varies_) return {a.v + b.v, a.d, true};
+    return {a.v + b.v, a.d + b.d, true};
+  }
+  friend dual operator-(const dual& a, const dual& b) {
+    if (!b.varies_) return {a.v - b.v, a.d, a.varies_};
+    if (!a.varies_) return {a.v - b.v, -b.d, true};
+    return {a.v - b.v, a.d - b.d, true};
+  }
+  friend dual operator*(const dual& a, const dual& b) {
+    if (!a.varies_ && !b.varies_) return constant(a.v * b.v);
+    if (!b.varies_) return {a.v * b.v, a.d * b.v, true};
+    if (!a.varies_) return {a.v * b.v, a.v * b.d, true};
+    return {a.v * b.v, a.d * b.v + a.v * b.d, true};
+  }
   friend dual operator/(const dual& a, const dual& b) {
     const V q = a.v / b.v;
-    return {q, (a.d - q * b.d) / b.v};
+    if (!a.varies_ && !b.varies_) return constant(q);
+    if (!b.varies_) return {q, a.d / b.v, true};
+    if (!a.varies_) return {q, -(q * b.d) / b.v, true};
+    return {q, (a.d - q * b.d) / b.v, true};
   }
   dual& operator+=(const dual& b) { return *this = *this + b; }
   dual& operator-=(const dual& b) { return *this = *this - b; }
@@ -112,6 +139,14 @@ struct dual {
   friend dual ceil(const dual& x) { return math::ceil(x); }
   friend dual trunc(const dual& x) { return math::trunc(x); }
   friend dual round(const dual& x) { return math::round(x); }
+
+ private:
+  friend struct detail::dual_math<dual>;
+  dual(const V& x, const V& dx, bool varies) : v(x), d(dx), varies_(varies) {}
+  static dual constant(const V& x) { return {x, V(element_type(0)), false}; }
+  // False for a constant: a dual made from a number alone, or one computed
+  // from constants. Its d is then 0, and the operations leave it out.
+  bool varies_ = true;
 };
 
 template <class T>
@@ -130,128 +165,147 @@ struct dual_math<dual<V>> {
   static constexpr E ln2 = E(0.693147180559945309417), ln10 = E(2.30258509299404568402),
                      two_over_sqrt_pi = E(1.12837916709551257390);
 
+  // f(x) = r with derivative tangent(x′); for a constant x, a constant r
+  // and tangent never called (nor the slope it would compute).
+  template <class F>
+  static D chain(const D& x, const V& r, F tangent) {
+    if (!x.varies_) return D::constant(r);
+    return {r, tangent(x.d), true};
+  }
+
   static D abs(const D& x) {
     const V zero(E(0));
-    return {pick(x.v < zero, V(-x.v), x.v), pick(x.v < zero, V(-x.d), pick(x.v > zero, x.d, zero))};
+    return chain(x, pick(x.v < zero, V(-x.v), x.v),
+                 [&](const V& dx) { return pick(x.v < zero, V(-dx), pick(x.v > zero, dx, zero)); });
   }
   static D sqrt(const D& x) {
     using std::sqrt;
     const V r = sqrt(x.v);
-    return {r, x.d / (V(E(2)) * r)};
+    return chain(x, r, [&](const V& dx) { return dx / (V(E(2)) * r); });
   }
   static D cbrt(const D& x) {
     using std::cbrt;
     const V r = cbrt(x.v);
-    return {r, x.d / (V(E(3)) * r * r)};
+    return chain(x, r, [&](const V& dx) { return dx / (V(E(3)) * r * r); });
   }
   static D exp(const D& x) {
     using std::exp;
     const V e = exp(x.v);
-    return {e, x.d * e};
+    return chain(x, e, [&](const V& dx) { return dx * e; });
   }
   static D exp2(const D& x) {
     using std::exp2;
     const V e = exp2(x.v);
-    return {e, x.d * e * V(ln2)};
+    return chain(x, e, [&](const V& dx) { return dx * e * V(ln2); });
   }
   static D expm1(const D& x) {
     using std::exp;
     using std::expm1;
-    return {expm1(x.v), x.d * exp(x.v)};
+    return chain(x, expm1(x.v), [&](const V& dx) { return dx * exp(x.v); });
   }
   static D log(const D& x) {
     using std::log;
-    return {log(x.v), x.d / x.v};
+    return chain(x, log(x.v), [&](const V& dx) { return dx / x.v; });
   }
   static D log2(const D& x) {
     using std::log2;
-    return {log2(x.v), x.d / (x.v * V(ln2))};
+    return chain(x, log2(x.v), [&](const V& dx) { return dx / (x.v * V(ln2)); });
   }
   static D log10(const D& x) {
     using std::log10;
-    return {log10(x.v), x.d / (x.v * V(ln10))};
+    return chain(x, log10(x.v), [&](const V& dx) { return dx / (x.v * V(ln10)); });
   }
   static D log1p(const D& x) {
     using std::log1p;
-    return {log1p(x.v), x.d / (V(E(1)) + x.v)};
+    return chain(x, log1p(x.v), [&](const V& dx) { return dx / (V(E(1)) + x.v); });
   }
   static D sin(const D& x) {
     using std::cos;
     using std::sin;
-    return {sin(x.v), x.d * cos(x.v)};
+    return chain(x, sin(x.v), [&](const V& dx) { return dx * cos(x.v); });
   }
   static D cos(const D& x) {
     using std::cos;
     using std::sin;
-    return {cos(x.v), -(x.d * sin(x.v))};
+    return chain(x, cos(x.v), [&](const V& dx) { return V(-(dx * sin(x.v))); });
   }
   static D tan(const D& x) {
     using std::tan;
     const V t = tan(x.v);
-    return {t, x.d * (V(E(1)) + t * t)};
+    return chain(x, t, [&](const V& dx) { return dx * (V(E(1)) + t * t); });
   }
   static D asin(const D& x) {
     using std::asin;
     using std::sqrt;
-    return {asin(x.v), x.d / sqrt(V(E(1)) - x.v * x.v)};
+    return chain(x, asin(x.v), [&](const V& dx) { return dx / sqrt(V(E(1)) - x.v * x.v); });
   }
   static D acos(const D& x) {
     using std::acos;
     using std::sqrt;
-    return {acos(x.v), -(x.d / sqrt(V(E(1)) - x.v * x.v))};
+    return chain(x, acos(x.v), [&](const V& dx) { return V(-(dx / sqrt(V(E(1)) - x.v * x.v))); });
   }
   static D atan(const D& x) {
     using std::atan;
-    return {atan(x.v), x.d / (V(E(1)) + x.v * x.v)};
+    return chain(x, atan(x.v), [&](const V& dx) { return dx / (V(E(1)) + x.v * x.v); });
   }
   static D sinh(const D& x) {
     using std::cosh;
     using std::sinh;
-    return {sinh(x.v), x.d * cosh(x.v)};
+    return chain(x, sinh(x.v), [&](const V& dx) { return dx * cosh(x.v); });
   }
   static D cosh(const D& x) {
     using std::cosh;
     using std::sinh;
-    return {cosh(x.v), x.d * sinh(x.v)};
+    return chain(x, cosh(x.v), [&](const V& dx) { return dx * sinh(x.v); });
   }
   static D tanh(const D& x) {
     using std::tanh;
     const V t = tanh(x.v);
-    return {t, x.d * (V(E(1)) - t * t)};
+    return chain(x, t, [&](const V& dx) { return dx * (V(E(1)) - t * t); });
   }
   static D erf(const D& x) {
     using std::erf;
     using std::exp;
-    return {erf(x.v), x.d * V(two_over_sqrt_pi) * exp(-(x.v * x.v))};
+    return chain(x, erf(x.v), [&](const V& dx) { return dx * V(two_over_sqrt_pi) * exp(-(x.v * x.v)); });
   }
   // x^p for a constant p: no log of x, which may be negative or 0.
   static D pow(const D& x, const E& p) {
     using std::pow;
-    return {pow(x.v, V(p)), x.d * V(p) * pow(x.v, V(p - E(1)))};
+    return chain(x, pow(x.v, V(p)), [&](const V& dx) { return dx * V(p) * pow(x.v, V(p - E(1))); });
   }
   static D pow(const D& x, const D& y) {
     using std::log;
     using std::pow;
+    if (!y.varies_) return pow_constant(x, y.v);
     const V r = pow(x.v, y.v);
-    return {r, r * (y.d * log(x.v) + y.v * x.d / x.v)};
+    if (!x.varies_) return {r, r * (y.d * log(x.v)), true};
+    return {r, r * (y.d * log(x.v) + y.v * x.d / x.v), true};
   }
+  // x^y for a y that does not vary, one per lane: as pow(x, p).
+  static D pow_constant(const D& x, const V& y) {
+    using std::pow;
+    return chain(x, pow(x.v, y), [&](const V& dx) { return dx * y * pow(x.v, V(y - V(E(1)))); });
+  }
+  // Steps: slope 0 between the jumps (and at them), so a constant.
   static D floor(const D& x) {
     using std::floor;
-    return {floor(x.v), V(E(0))};
+    return D::constant(floor(x.v));
   }
   static D ceil(const D& x) {
     using std::ceil;
-    return {ceil(x.v), V(E(0))};
+    return D::constant(ceil(x.v));
   }
   static D trunc(const D& x) {
     using std::trunc;
-    return {trunc(x.v), V(E(0))};
+    return D::constant(trunc(x.v));
   }
   static D round(const D& x) {
     using std::round;
-    return {round(x.v), V(E(0))};
+    return D::constant(round(x.v));
   }
-  static D select(const auto& c, const D& a, const D& b) { return {pick(c, a.v, b.v), pick(c, a.d, b.d)}; }
+  static D select(const auto& c, const D& a, const D& b) {
+    return {pick(c, a.v, b.v), pick(c, a.d, b.d), a.varies_ || b.varies_};
+  }
   static D min(const D& a, const D& b) { return select(b.v < a.v, b, a); }
   static D max(const D& a, const D& b) { return select(a.v < b.v, b, a); }
 };
