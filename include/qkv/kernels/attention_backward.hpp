@@ -273,7 +273,7 @@ struct attention_backward_kernel {
       for (std::size_t r = ir; r < min(ir + MR, ahead); ++r) {
         prefetch(p.q.ptr(next + r, 0), dk);
         prefetch(g.d_out.ptr(next + r, 0), dv);
-        if (with_dq) prefetch(g.dq.ptr(next + r, 0), dk);
+        if (with_dq && !traits::has_term) prefetch(g.dq.ptr(next + r, 0), dk);
       }
       for (std::size_t jr = 0; jr < keys[ir / MR]; jr += NR) {
         if constexpr (traits::has_term) terms::run(ext, dk, q_rows, shared + x.kt + (j0 + jr) * dk, s + ir * BK + jr, BK, NR);
@@ -314,14 +314,14 @@ struct attention_backward_kernel {
       tile::pack(s, BK, 1, br, bc, pp);
       sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc, next, ahead);
       if constexpr (traits::has_term) {
-        term_keys(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);
+        term_keys(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext, next, ahead);
       } else {
         tile::pack(ds, BK, 1, br, bc, dsp);
         sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc, next, ahead);
       }
     }
     if constexpr (traits::has_term) {
-      if (with_dq) term_queries(shared, x, i0, br, keys, ds, dsp, j0, dk, ext);
+      if (with_dq) term_queries(shared, x, i0, br, keys, ds, dsp, j0, dk, ext, next, ahead);
     } else if (with_dq) {
       // dQ += dS K, a sum over the tile's keys.
       for (std::size_t ir = 0; ir < br; ir += MR) {
@@ -341,10 +341,12 @@ struct attention_backward_kernel {
   // sum_over_queries' register tile (MR components by NR keys, summed over
   // the tile's queries) with the derivative, f on dual batches, in place of
   // the query's value: for f = q·k it is q, and the loop is that product's.
-  // With weight_sums, also weight_sums[c] += Σ_ij dS_ij ∂f/∂w_c.
+  // With weight_sums, also weight_sums[c] += Σ_ij dS_ij ∂f/∂w_c. Qᵀ's
+  // columns [next, next + ahead) are fetched ahead, as sum_over_queries does.
   [[gnu::flatten]] static void term_keys(T* shared, const parts& x, std::size_t i0, std::size_t br,
                                          const std::size_t* first, const T* ds, std::size_t j0, std::size_t bc,
-                                         std::size_t dk, T* weight_sums, const Ext& ext) {
+                                         std::size_t dk, T* weight_sums, const Ext& ext, std::size_t next,
+                                         std::size_t ahead) {
     if constexpr (traits::has_term_weight)
       if (weight_sums != nullptr) term_weights(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);
     const batch one(T(1));
@@ -354,6 +356,8 @@ struct attention_backward_kernel {
       if (r0 == br) continue;
       const T* panel = shared + x.kz + (j0 + jr) * dk;
       for (std::size_t c0 = 0; c0 < dk; c0 += MR) {
+        if (jr == 0)
+          for (std::size_t r = c0; ahead != 0 && r < min(c0 + MR, dk); ++r) prefetch(qt + r * x.n_ld + next, ahead);
         // Components past dk repeat the last one and are not stored.
         // Batches, not duals, live across the loop: a dual made where it is
         // used is seen to be a constant or not, and its zeros fold away.
@@ -414,10 +418,13 @@ struct attention_backward_kernel {
   // derivative in place of the key's value. Lanes are queries, so every
   // term's call has one component c; the sums go to dQᵀ (dqt), a vector at
   // a time, but a block's last strip value by value: the next block's
-  // columns may be another thread's.
+  // columns may be another thread's. The next block's columns of dQᵀ,
+  // [next, next + ahead), are fetched ahead.
   [[gnu::flatten]] static void term_queries(T* shared, const parts& x,
                                             std::size_t i0, std::size_t br, const std::size_t* keys, const T* ds,
-                                            T* dst, std::size_t j0, std::size_t dk, const Ext& ext) {
+                                            T* dst, std::size_t j0, std::size_t dk, const Ext& ext, std::size_t next,
+                                            std::size_t ahead) {
+    for (std::size_t c = 0; ahead != 0 && c < dk; ++c) prefetch(shared + x.dqt + c * x.n_ld + next, ahead);
     constexpr std::size_t ldt = up(BQ, NR);
     std::size_t most = 0;
     for (std::size_t ir = 0; ir < br; ir += MR) most = keys[ir / MR] > most ? keys[ir / MR] : most;
@@ -436,53 +443,61 @@ struct attention_backward_kernel {
       for (std::size_t j = 0; j < most; ++j)
         for (std::size_t i = br; i < up(br, NR); ++i) dst[j * ldt + i] = T(0);
     }
-    const batch one(T(1));
-    const T* qt = shared + x.qt;
-    alignas(64) T tail[MR * NR];  // a last strip's queries, zero past br
-    alignas(64) T sums[NR];
     for (std::size_t ir = 0; ir < br; ir += NR) {
       const std::size_t rows = min(NR, br - ir);
       std::size_t count = 0;  // the keys the strip's rows see
       for (std::size_t r = ir; r < ir + rows; r += MR) count = keys[r / MR] > count ? keys[r / MR] : count;
       count = keys[(ir + rows - 1) / MR] > count ? keys[(ir + rows - 1) / MR] : count;
       if (count == 0) continue;
-      for (std::size_t c0 = 0; c0 < dk; c0 += MR) {
-        std::size_t cs[MR];
-        batch q0[MR], q1[MR], lo[MR], hi[MR];
-        for (std::size_t r = 0; r < MR; ++r) {
-          cs[r] = min(c0 + r, dk - 1);
-          const T* q = qt + cs[r] * x.n_ld + i0 + ir;
-          if (rows < NR) {
-            for (std::size_t i = 0; i < NR; ++i) tail[r * NR + i] = i < rows ? q[i] : T(0);
-            q = tail + r * NR;
-          }
-          q0[r] = batch::load_unaligned(q);
-          q1[r] = batch::load_unaligned(q + W);
-          lo[r] = hi[r] = batch(T(0));
+      // A strip of W rows or fewer (66 = 4·16 + 2 with AVX2's blocks) takes
+      // one vector: two would compute 16 lanes for 2 rows.
+      if (rows > W) term_query_strip<2>(shared, x, i0 + ir, rows, dst + ir, count, j0, dk, ext);
+      else term_query_strip<1>(shared, x, i0 + ir, rows, dst + ir, count, j0, dk, ext);
+    }
+  }
+
+  // term_queries' tile for queries [i0, i0 + rows), H vectors of them (rows ≤
+  // H·W), dst their column of dSᵀ, over count keys from j0.
+  template <std::size_t H>
+  static void term_query_strip(T* shared, const parts& x, std::size_t i0, std::size_t rows, const T* dst,
+                               std::size_t count, std::size_t j0, std::size_t dk, const Ext& ext) {
+    constexpr std::size_t ldt = up(BQ, NR);
+    const batch one(T(1));
+    const T* qt = shared + x.qt;
+    alignas(64) T tail[MR * H * W];  // a last strip's queries, zero past rows
+    alignas(64) T sums[H * W];
+    for (std::size_t c0 = 0; c0 < dk; c0 += MR) {
+      std::size_t cs[MR];
+      batch q[H][MR], acc[H][MR];
+      for (std::size_t r = 0; r < MR; ++r) {
+        cs[r] = min(c0 + r, dk - 1);
+        const T* row = qt + cs[r] * x.n_ld + i0;
+        if (rows < H * W) {
+          for (std::size_t i = 0; i < H * W; ++i) tail[r * H * W + i] = i < rows ? row[i] : T(0);
+          row = tail + r * H * W;
         }
-        for (std::size_t jr = 0; jr < count; jr += NR) {
-          const T* panel = shared + x.kz + (j0 + jr) * dk;
-          const T* d = dst + jr * ldt + ir;
-          for (std::size_t j = 0; j < min(NR, count - jr); ++j, ++panel, d += ldt) {
-            const batch d0 = batch::load_aligned(d), d1 = batch::load_aligned(d + W);
+        for (std::size_t h = 0; h < H; ++h) q[h][r] = batch::load_unaligned(row + h * W), acc[h][r] = batch(T(0));
+      }
+      for (std::size_t jr = 0; jr < count; jr += NR) {
+        const T* panel = shared + x.kz + (j0 + jr) * dk;
+        const T* d = dst + jr * ldt;
+        for (std::size_t j = 0; j < min(NR, count - jr); ++j, ++panel, d += ldt) {
+          batch ds[H];
+          for (std::size_t h = 0; h < H; ++h) ds[h] = batch::load_aligned(d + h * W);
 #pragma GCC unroll 8
-            for (std::size_t r = 0; r < MR; ++r) {
-              const D k(batch(panel[cs[r] * NR]));
-              lo[r] = fmadd(d0, D(ext.term(D(q0[r], one), k, cs[r])).d, lo[r]);
-              hi[r] = fmadd(d1, D(ext.term(D(q1[r], one), k, cs[r])).d, hi[r]);
-            }
+          for (std::size_t r = 0; r < MR; ++r) {
+            const D k(batch(panel[cs[r] * NR]));
+            for (std::size_t h = 0; h < H; ++h) acc[h][r] = fmadd(ds[h], D(ext.term(D(q[h][r], one), k, cs[r])).d, acc[h][r]);
           }
         }
-        for (std::size_t r = 0; r < min(MR, dk - c0); ++r) {
-          T* out = shared + x.dqt + (c0 + r) * x.n_ld + i0 + ir;
-          if (rows == NR) {
-            (batch::load_unaligned(out) + lo[r]).store_unaligned(out);
-            (batch::load_unaligned(out + W) + hi[r]).store_unaligned(out + W);
-          } else {
-            lo[r].store_aligned(sums);
-            hi[r].store_aligned(sums + W);
-            for (std::size_t i = 0; i < rows; ++i) out[i] += sums[i];
-          }
+      }
+      for (std::size_t r = 0; r < min(MR, dk - c0); ++r) {
+        T* out = shared + x.dqt + (c0 + r) * x.n_ld + i0;
+        if (rows == H * W) {
+          for (std::size_t h = 0; h < H; ++h) (batch::load_unaligned(out + h * W) + acc[h][r]).store_unaligned(out + h * W);
+        } else {
+          for (std::size_t h = 0; h < H; ++h) acc[h][r].store_aligned(sums + h * W);
+          for (std::size_t i = 0; i < rows; ++i) out[i] += sums[i];
         }
       }
     }
