@@ -22,7 +22,7 @@
 // the modifier gives when called on dual numbers; a predicate masks and
 // skips tiles as in the forward. With a similarity term t, the scores come
 // from the term tile, and dK and dQ are sums of dS times t's partial
-// derivatives (term_keys, term_queries) instead of products. A term with
+// derivatives instead of products (term_backward.hpp). A term with
 // weights of its own, w_c·t(q_c, k_c) (additive's w), has their gradient
 // Σ_ij dS_ij t(q_ic, k_jc) summed beside dK, one row of sums per key group,
 // added in the groups' order at the end: no order that depends on threads.
@@ -41,9 +41,8 @@
 #include "prefetch.hpp"
 #include "register_tile.hpp"
 #include "score_transform.hpp"
+#include "term_backward.hpp"
 #include "term_tile.hpp"
-#include "transpose.hpp"
-#include "../storage/dual.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -60,11 +59,11 @@ struct attention_backward_kernel {
   using softmax = online_softmax<Arch, T>;
   using traits = typename scores::traits;
   using terms = term_tile<Arch, T, Ext>;
-  using D = dual<batch>;
   static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
   static constexpr std::size_t BQ = B.query_rows;                 // queries in a tile
   static constexpr std::size_t BK =                              // keys in a tile
       B.max_key_block < blocking::round_up(64, NR) ? B.max_key_block : blocking::round_up(64, NR);
+  using term_grads = term_backward<Arch, T, Ext, BQ, BK>;
   static_assert(B.valid() && B.lanes == W && B.tile_rows == MR, "qkv: internal: blocking of another instruction set");
 
   static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }
@@ -215,6 +214,10 @@ struct attention_backward_kernel {
   }
 
  private:
+  static typename term_grads::operands term_operands(T* shared, const parts& x, std::size_t dk) {
+    return {shared + x.qt, x.n_ld, shared + x.kz, shared + x.dkt, x.m_ld, shared + x.dqt, dk};
+  }
+
   // count values from row into L2 (the next tile's, kept out of L1's way).
   static void prefetch(const T* row, std::size_t count) { prefetch_bytes<1>(row, count * sizeof(T)); }
 
@@ -314,14 +317,14 @@ struct attention_backward_kernel {
       tile::pack(s, BK, 1, br, bc, pp);
       sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc, next, ahead);
       if constexpr (traits::has_term) {
-        term_keys(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext, next, ahead);
+        term_grads::keys(term_operands(shared, x, dk), i0, br, first, ds, j0, bc, weight_sums, ext, next, ahead);
       } else {
         tile::pack(ds, BK, 1, br, bc, dsp);
         sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc, next, ahead);
       }
     }
     if constexpr (traits::has_term) {
-      if (with_dq) term_queries(shared, x, i0, br, keys, ds, dsp, j0, dk, ext, next, ahead);
+      if (with_dq) term_grads::queries(term_operands(shared, x, dk), i0, br, keys, ds, dsp, j0, ext, next, ahead);
     } else if (with_dq) {
       // dQ += dS K, a sum over the tile's keys.
       for (std::size_t ir = 0; ir < br; ir += MR) {
@@ -332,172 +335,6 @@ struct attention_backward_kernel {
           T* out = g.dq.ptr(i0 + ir, c);
           tile::template run<1>(keys[ir / MR], rows, shared + x.kp + c * m + j0 * NR, out, g.dq.row_stride, min(MR, br - ir),
                                 min(NR, dk - c), true);
-        }
-      }
-    }
-  }
-
-  // A user's term f: dKᵀ_cj += Σ_i dS_ij ∂f/∂k(q_ic, k_jc, c), the shape of
-  // sum_over_queries' register tile (MR components by NR keys, summed over
-  // the tile's queries) with the derivative, f on dual batches, in place of
-  // the query's value: for f = q·k it is q, and the loop is that product's.
-  // With weight_sums, also weight_sums[c] += Σ_ij dS_ij ∂f/∂w_c. Qᵀ's
-  // columns [next, next + ahead) are fetched ahead, as sum_over_queries does.
-  [[gnu::flatten]] static void term_keys(T* shared, const parts& x, std::size_t i0, std::size_t br,
-                                         const std::size_t* first, const T* ds, std::size_t j0, std::size_t bc,
-                                         std::size_t dk, T* weight_sums, const Ext& ext, std::size_t next,
-                                         std::size_t ahead) {
-    if constexpr (traits::has_term_weight)
-      if (weight_sums != nullptr) term_weights(shared, x, i0, br, first, ds, j0, bc, dk, weight_sums, ext);
-    const batch one(T(1));
-    const T* qt = shared + x.qt;
-    for (std::size_t jr = 0; jr < bc; jr += NR) {
-      const std::size_t r0 = first[jr / NR];
-      if (r0 == br) continue;
-      const T* panel = shared + x.kz + (j0 + jr) * dk;
-      for (std::size_t c0 = 0; c0 < dk; c0 += MR) {
-        if (jr == 0)
-          for (std::size_t r = c0; ahead != 0 && r < min(c0 + MR, dk); ++r) prefetch(qt + r * x.n_ld + next, ahead);
-        // Components past dk repeat the last one and are not stored.
-        // Batches, not duals, live across the loop: a dual made where it is
-        // used is seen to be a constant or not, and its zeros fold away.
-        std::size_t cs[MR];
-        batch k0[MR], k1[MR], lo[MR], hi[MR];
-        T* out[MR];
-        for (std::size_t r = 0; r < MR; ++r) {
-          cs[r] = min(c0 + r, dk - 1);
-          k0[r] = batch::load_aligned(panel + cs[r] * NR);
-          k1[r] = batch::load_aligned(panel + cs[r] * NR + W);
-          out[r] = shared + x.dkt + cs[r] * x.m_ld + j0 + jr;
-          lo[r] = batch::load_unaligned(out[r]);
-          hi[r] = batch::load_unaligned(out[r] + W);
-        }
-        for (std::size_t i = r0; i < br; ++i) {
-          const batch d0 = batch::load_aligned(ds + i * BK + jr), d1 = batch::load_aligned(ds + i * BK + jr + W);
-#pragma GCC unroll 8
-          for (std::size_t r = 0; r < MR; ++r) {
-            const D q(batch(qt[cs[r] * x.n_ld + i0 + i]));
-            lo[r] = fmadd(d0, D(ext.term(q, D(k0[r], one), cs[r])).d, lo[r]);
-            hi[r] = fmadd(d1, D(ext.term(q, D(k1[r], one), cs[r])).d, hi[r]);
-          }
-        }
-        for (std::size_t r = 0; r < min(MR, dk - c0); ++r) {
-          lo[r].store_unaligned(out[r]);
-          hi[r].store_unaligned(out[r] + W);
-        }
-      }
-    }
-  }
-
-  // weight_sums[c] += Σ_ij dS_ij t(q_ic, k_jc) for a term w_c·t(q_ic, k_jc),
-  // over the tile's panels in order. Padded and masked keys have dS = 0
-  // and finite copies (kz), so they add 0.
-  static void term_weights(const T* shared, const parts& x, std::size_t i0, std::size_t br, const std::size_t* first,
-                           const T* ds, std::size_t j0, std::size_t bc, std::size_t dk, T* weight_sums,
-                           const Ext& ext) {
-    const T* qt = shared + x.qt;
-    for (std::size_t c = 0; c < dk; ++c) {
-      batch acc(T(0));
-      for (std::size_t jr = 0; jr < bc; jr += NR) {
-        const T* panel = shared + x.kz + (j0 + jr) * dk + c * NR;
-        const batch k0 = batch::load_aligned(panel), k1 = batch::load_aligned(panel + W);
-        for (std::size_t r = first[jr / NR]; r < br; ++r) {
-          const batch q(qt[c * x.n_ld + i0 + r]);
-          const T* d = ds + r * BK + jr;
-          acc = fmadd(batch::load_aligned(d), ext.term_weight(q, k0, c), acc);
-          acc = fmadd(batch::load_aligned(d + W), ext.term_weight(q, k1, c), acc);
-        }
-      }
-      weight_sums[c] += xsimd::hadd(acc);
-    }
-  }
-
-  // dQ_ic += Σ_j dS_ij ∂f/∂q(q_ic, k_jc, c), as dQᵀ = Kᵀ dSᵀ on the register
-  // tile: MR components by NR queries, summed over the keys, with dS
-  // transposed once per tile (dst, NR-aligned rows of queries) and the
-  // derivative in place of the key's value. Lanes are queries, so every
-  // term's call has one component c; the sums go to dQᵀ (dqt), a vector at
-  // a time, but a block's last strip value by value: the next block's
-  // columns may be another thread's. The next block's columns of dQᵀ,
-  // [next, next + ahead), are fetched ahead.
-  [[gnu::flatten]] static void term_queries(T* shared, const parts& x,
-                                            std::size_t i0, std::size_t br, const std::size_t* keys, const T* ds,
-                                            T* dst, std::size_t j0, std::size_t dk, const Ext& ext, std::size_t next,
-                                            std::size_t ahead) {
-    for (std::size_t c = 0; ahead != 0 && c < dk; ++c) prefetch(shared + x.dqt + c * x.n_ld + next, ahead);
-    constexpr std::size_t ldt = up(BQ, NR);
-    std::size_t most = 0;
-    for (std::size_t ir = 0; ir < br; ir += MR) most = keys[ir / MR] > most ? keys[ir / MR] : most;
-    if constexpr (transposes<Arch, T>) {
-      // W×W blocks in registers; rows past br are 0, keys past most unused.
-      for (std::size_t i = 0; i < up(br, NR); i += W)
-        for (std::size_t j = 0; j < most; j += W) {
-          batch r[W];
-          for (std::size_t q = 0; q < W; ++q) r[q] = i + q < br ? batch::load_aligned(ds + (i + q) * BK + j) : batch(T(0));
-          transpose_square<Arch, T>(r);
-          for (std::size_t q = 0; q < W; ++q) r[q].store_aligned(dst + (j + q) * ldt + i);
-        }
-    } else {
-      for (std::size_t i = 0; i < br; ++i)
-        for (std::size_t j = 0; j < most; ++j) dst[j * ldt + i] = ds[i * BK + j];
-      for (std::size_t j = 0; j < most; ++j)
-        for (std::size_t i = br; i < up(br, NR); ++i) dst[j * ldt + i] = T(0);
-    }
-    for (std::size_t ir = 0; ir < br; ir += NR) {
-      const std::size_t rows = min(NR, br - ir);
-      std::size_t count = 0;  // the keys the strip's rows see
-      for (std::size_t r = ir; r < ir + rows; r += MR) count = keys[r / MR] > count ? keys[r / MR] : count;
-      count = keys[(ir + rows - 1) / MR] > count ? keys[(ir + rows - 1) / MR] : count;
-      if (count == 0) continue;
-      // A strip of W rows or fewer (66 = 4·16 + 2 with AVX2's blocks) takes
-      // one vector: two would compute 16 lanes for 2 rows.
-      if (rows > W) term_query_strip<2>(shared, x, i0 + ir, rows, dst + ir, count, j0, dk, ext);
-      else term_query_strip<1>(shared, x, i0 + ir, rows, dst + ir, count, j0, dk, ext);
-    }
-  }
-
-  // term_queries' tile for queries [i0, i0 + rows), H vectors of them (rows ≤
-  // H·W), dst their column of dSᵀ, over count keys from j0.
-  template <std::size_t H>
-  static void term_query_strip(T* shared, const parts& x, std::size_t i0, std::size_t rows, const T* dst,
-                               std::size_t count, std::size_t j0, std::size_t dk, const Ext& ext) {
-    constexpr std::size_t ldt = up(BQ, NR);
-    const batch one(T(1));
-    const T* qt = shared + x.qt;
-    alignas(64) T tail[MR * H * W];  // a last strip's queries, zero past rows
-    alignas(64) T sums[H * W];
-    for (std::size_t c0 = 0; c0 < dk; c0 += MR) {
-      std::size_t cs[MR];
-      batch q[H][MR], acc[H][MR];
-      for (std::size_t r = 0; r < MR; ++r) {
-        cs[r] = min(c0 + r, dk - 1);
-        const T* row = qt + cs[r] * x.n_ld + i0;
-        if (rows < H * W) {
-          for (std::size_t i = 0; i < H * W; ++i) tail[r * H * W + i] = i < rows ? row[i] : T(0);
-          row = tail + r * H * W;
-        }
-        for (std::size_t h = 0; h < H; ++h) q[h][r] = batch::load_unaligned(row + h * W), acc[h][r] = batch(T(0));
-      }
-      for (std::size_t jr = 0; jr < count; jr += NR) {
-        const T* panel = shared + x.kz + (j0 + jr) * dk;
-        const T* d = dst + jr * ldt;
-        for (std::size_t j = 0; j < min(NR, count - jr); ++j, ++panel, d += ldt) {
-          batch ds[H];
-          for (std::size_t h = 0; h < H; ++h) ds[h] = batch::load_aligned(d + h * W);
-#pragma GCC unroll 8
-          for (std::size_t r = 0; r < MR; ++r) {
-            const D k(batch(panel[cs[r] * NR]));
-            for (std::size_t h = 0; h < H; ++h) acc[h][r] = fmadd(ds[h], D(ext.term(D(q[h][r], one), k, cs[r])).d, acc[h][r]);
-          }
-        }
-      }
-      for (std::size_t r = 0; r < min(MR, dk - c0); ++r) {
-        T* out = shared + x.dqt + (c0 + r) * x.n_ld + i0;
-        if (rows == H * W) {
-          for (std::size_t h = 0; h < H; ++h) (batch::load_unaligned(out + h * W) + acc[h][r]).store_unaligned(out + h * W);
-        } else {
-          for (std::size_t h = 0; h < H; ++h) acc[h][r].store_aligned(sums + h * W);
-          for (std::size_t i = 0; i < rows; ++i) out[i] += sums[i];
         }
       }
     }
