@@ -52,6 +52,12 @@ gradient_of_t<X> stored_as(const grad_matrix<T>& g) {
     for (std::size_t j = 0; j < g.cols(); ++j) r(i, j) = static_cast<S>(g(i, j));
   return r;
 }
+// Moved where the sum is already of that type.
+template <class X, class T>
+gradient_of_t<X> stored_as(grad_matrix<T>&& g) {
+  if constexpr (std::is_same_v<gradient_of_t<X>, grad_matrix<T>>) return std::move(g);
+  else return stored_as<X>(std::as_const(g));
+}
 
 template <class X>
 inline constexpr bool differentiable_leaf = (leaf<X> || tensor_leaf<X>) && value_element<std::remove_const_t<value_type_t<X>>>;
@@ -61,12 +67,13 @@ inline constexpr bool differentiable_leaf = (leaf<X> || tensor_leaf<X>) && value
 template <class T, class E, class D, class... X>
 auto gradient_sums(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse, const forward_kept<T>* kept) {
   require_same_shape(e, d_out, "gradient(e, dO, wrt(X...)): the shapes of e and dO differ");
-  gradients<T, X...> acc{w, {}, fuse, kept};
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((std::get<I>(acc.sums) = grad_matrix<T>(std::get<I>(w.leaves).rows(), std::get<I>(w.leaves).cols())), ...);
-  }(std::index_sequence_for<X...>{});
-  backprop_into(e, [&] { return value_of<T>(d_out); }, acc);
-  return std::move(acc.sums);
+  gradients<T, X...> acc{w, {}, fuse, kept, {}};
+  if constexpr (std::is_same_v<D, grad_matrix<T>>) {
+    if (reads_any(e, w)) backprop(e, d_out, acc);  // dO as it is, not a copy
+  } else {
+    backprop_into(e, [&] { return value_of<T>(d_out); }, acc);
+  }
+  return std::move(acc.all_sums());
 }
 
 // The sum for target X of a batched e: a matrix (X broadcast over the batch)
@@ -196,11 +203,11 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     const auto targets = targets_at(at[x]);
     const auto sliced = std::apply([](const auto&... t) { return wrt_t<bare_t<decltype(t)>...>{std::tie(t...)}; }, targets);
     auto acc = std::apply([&](const auto&... t) {
-      return gradients<T, bare_t<decltype(t)>...>{sliced, {grad_matrix<T>(t.rows(), t.cols())...}, true, nullptr};
+      return gradients<T, bare_t<decltype(t)>...>{sliced, {}, true, nullptr, {}};
     }, targets);
-    propagate_attention(parts[x], dq[x], dk[x], dv[x], dw[x], acc);
+    propagate_attention(parts[x], std::move(dq[x]), std::move(dk[x]), std::move(dv[x]), dw[x], acc);
     fused_sink_backprop(parts[x], d_o[x], forward[x].out, forward[x].row_stats.data(), acc);
-    add_slice_sums(e, w, at[x], sums, acc.sums);
+    add_slice_sums(e, w, at[x], sums, acc.all_sums());
   }
   return true;
 }
@@ -251,9 +258,9 @@ auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse,
   } else if constexpr (rank > 2) {
     return batched_gradient<T>(e, d_out, w, fuse);
   } else {
-    const auto sums = gradient_sums<T>(e, d_out, w, fuse, kept);
+    auto sums = gradient_sums<T>(e, d_out, w, fuse, kept);
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple<gradient_of_t<X>...>{stored_as<X>(std::get<I>(sums))...};
+      return std::tuple<gradient_of_t<X>...>{stored_as<X>(std::move(std::get<I>(sums)))...};
     }(std::index_sequence_for<X...>{});
   }
 }

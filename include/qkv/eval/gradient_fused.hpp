@@ -195,13 +195,14 @@ std::vector<T> term_weight_sums(const E& e, std::size_t width, const wrt_t<X...>
 
 // dQ, dK and dV of attention e on into Q, K and V as written in e, and
 // additive's dw (d_term_weight, when not empty) into w.
+// Each of dq, dk and dv goes to one operand, moved.
 template <class T, class E, class... X>
-void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix<T>& dk, const grad_matrix<T>& dv,
+void propagate_attention(const E& e, grad_matrix<T> dq, grad_matrix<T> dk, grad_matrix<T> dv,
                          const std::vector<T>& d_term_weight, gradients<T, X...>& acc) {
   const auto& core = score_core(e.lhs().arg());
   if constexpr (is_similarity_v<bare_t<decltype(core)>>) {  // into f's queries(Q) and keys(K)
-    backprop_into(similarity_queries(core.function(), core.lhs()), [&] { return dq; }, acc);
-    backprop_into(similarity_keys(core.function(), core.rhs()), [&] { return dk; }, acc);
+    backprop_into(similarity_queries(core.function(), core.lhs()), [&] { return std::move(dq); }, acc);
+    backprop_into(similarity_keys(core.function(), core.rhs()), [&] { return std::move(dk); }, acc);
     if constexpr (is_additive_v<bare_t<decltype(core.function())>>) {
       if (!d_term_weight.empty()) {
         const auto& w = std::get<2>(core.function().operands());
@@ -213,13 +214,13 @@ void propagate_attention(const E& e, const grad_matrix<T>& dq, const grad_matrix
       }
     }
   } else if constexpr (is_neg_sq_l2_v<bare_t<decltype(core)>>) {
-    backprop_into(core.lhs(), [&] { return dq; }, acc);
-    backprop_into(core.rhs(), [&] { return dk; }, acc);
+    backprop_into(core.lhs(), [&] { return std::move(dq); }, acc);
+    backprop_into(core.rhs(), [&] { return std::move(dk); }, acc);
   } else {
-    backprop_into(core.lhs(), [&] { return dq; }, acc);
-    backprop_into(core.rhs().arg(), [&] { return dk; }, acc);
+    backprop_into(core.lhs(), [&] { return std::move(dq); }, acc);
+    backprop_into(core.rhs().arg(), [&] { return std::move(dk); }, acc);
   }
-  backprop_into(e.rhs(), [&] { return dv; }, acc);
+  backprop_into(e.rhs(), [&] { return std::move(dv); }, acc);
 }
 
 // The forward (unless vjp kept it), then the fused backward; dQ, dK and dV
@@ -251,7 +252,7 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
                                              dw.empty() ? nullptr : dw.data()};
   run_backward(&problem, &grads, 1, ext);
   if constexpr (has_norm_sums<E>) norms.fold(problem, dq, dk_);
-  propagate_attention(e, dq, dk_, dv_, dw, acc);
+  propagate_attention(e, std::move(dq), std::move(dk_), std::move(dv_), dw, acc);
   fused_sink_backprop(e, g, f.out, f.row_stats.data(), acc);
 }
 

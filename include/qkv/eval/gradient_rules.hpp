@@ -34,6 +34,7 @@
 #include "eval.hpp"
 #include "strategy.hpp"
 
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -145,7 +146,11 @@ struct forward_kept {
   aligned_buffer<T> row_stats;
 };
 
-// The targets, and the sum of the gradients reaching each.
+// The targets, and the sum of the gradients reaching each. The first
+// gradient to reach a target becomes its sum, moved where it can be: a
+// fused attention's dQ, dK and dV go to the caller without a copy or an
+// addition to zeros. sum_of gives a sum that nothing has reached yet as
+// zeros of its target's shape.
 template <class T, class... X>
 struct gradients {
   const wrt_t<X...>& targets;
@@ -154,12 +159,56 @@ struct gradients {
   // e's own forward, when e is the attention and vjp kept it: used by the
   // first node reached, e itself, then dropped.
   const forward_kept<T>* kept = nullptr;
+  std::array<bool, sizeof...(X)> reached{};  // whether sums[I] holds a gradient yet
+
+  template <std::size_t I>
+  grad_matrix<T>& sum_of() {
+    grad_matrix<T>& sum = std::get<I>(sums);
+    if (!reached[I]) {
+      const auto& x = std::get<I>(targets.leaves);
+      sum = grad_matrix<T>(x.rows(), x.cols());
+      reached[I] = true;
+    }
+    return sum;
+  }
+  // Every sum, zeros where nothing reached it.
+  std::tuple<same_as_for<X, grad_matrix<T>>...>& all_sums() {
+    [&]<std::size_t... I>(std::index_sequence<I...>) { (sum_of<I>(), ...); }(std::index_sequence_for<X...>{});
+    return sums;
+  }
 };
 
 template <class T>
 void add_into(grad_matrix<T>& sum, const grad_matrix<T>& g) {
   for (std::size_t i = 0; i < g.rows(); ++i)
     for (std::size_t j = 0; j < g.cols(); ++j) sum(i, j) += g(i, j);
+}
+
+// The gradient g reaching leaf e, into each target that e is: the sum of
+// the first it reaches is g itself (moved, when g is an rvalue), later
+// ones add it.
+template <class T, class E, class G, class... X>
+void reach_leaf(const E& e, G&& g, gradients<T, X...>& acc) {
+  const grad_matrix<T>* moved_to = nullptr;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    const auto reach = [&]<std::size_t J>(std::integral_constant<std::size_t, J>) {
+      if (!same_leaf(e, std::get<J>(acc.targets.leaves))) return;
+      grad_matrix<T>& sum = std::get<J>(acc.sums);
+      const grad_matrix<T>& from = moved_to != nullptr ? *moved_to : static_cast<const grad_matrix<T>&>(g);
+      if (acc.reached[J]) {
+        add_into(sum, from);
+      } else {
+        if constexpr (std::is_rvalue_reference_v<G&&> && !std::is_const_v<std::remove_reference_t<G>>) {
+          if (moved_to == nullptr) sum = std::move(g), moved_to = &sum;
+          else sum = from;
+        } else {
+          sum = from;
+        }
+        acc.reached[J] = true;
+      }
+    };
+    (reach(std::integral_constant<std::size_t, I>{}), ...);
+  }(std::index_sequence_for<X...>{});
 }
 
 template <class... Any>
@@ -174,15 +223,16 @@ void backprop(const E&, const grad_matrix<T>&, gradients<T, X...>&) {
 template <class T, class E, class... X>
   requires leaf<E>
 void backprop(const E& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    ((same_leaf(e, std::get<I>(acc.targets.leaves)) ? add_into(std::get<I>(acc.sums), g) : void()), ...);
-  }(std::index_sequence_for<X...>{});
+  reach_leaf(e, g, acc);
 }
 
-// Only into an operand that reads a target.
+// Only into an operand that reads a target; a leaf takes the gradient made
+// for it as its sum, where it is the first to reach it.
 template <class T, class E, class... X, class G>
 void backprop_into(const E& e, G&& make_gradient, gradients<T, X...>& acc) {
-  if (reads_any(e, acc.targets)) backprop(e, grad_matrix<T>(make_gradient()), acc);
+  if (!reads_any(e, acc.targets)) return;
+  if constexpr (leaf<E>) reach_leaf(e, grad_matrix<T>(make_gradient()), acc);
+  else backprop(e, grad_matrix<T>(make_gradient()), acc);
 }
 
 template <class T, class A, class B, class... X>
@@ -217,13 +267,12 @@ void sink_backprop(const Softmax& s, std::size_t rows, PG sink_weight_times_pg, 
   const auto* leaf = s.sink_leaf();
   if (leaf == nullptr) return;
   [&]<std::size_t... I>(std::index_sequence<I...>) {
-    const auto add = [&](auto& sum, const auto& target) {
-      if (!same_leaf(*leaf, target)) return;
+    const auto add = [&](grad_matrix<T>& sum) {
       T d = 0;
       for (std::size_t i = 0; i < rows; ++i) d -= sink_weight_times_pg(i);
       sum(0, s.head_index()) += d;
     };
-    (add(std::get<I>(acc.sums), std::get<I>(acc.targets.leaves)), ...);
+    ((same_leaf(*leaf, std::get<I>(acc.targets.leaves)) ? add(acc.template sum_of<I>()) : void()), ...);
   }(std::index_sequence_for<X...>{});
 }
 
