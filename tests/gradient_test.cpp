@@ -150,6 +150,11 @@ TEST_CASE("gradients agree with central differences through projections and a le
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < d; ++j) gap = std::max(gap, std::fabs(dSelf(i, j) - (dQ(i, j) + dK(i, j) + dV(i, j))));
   CHECK(gap < 1e-13);
+  // A leaf named twice has the same sum twice: the first path's gradient
+  // becomes one sum and is copied into the other, the later paths add to both.
+  const auto [dSelf1, dSelf2] = gradient(softmax(Y * transpose(Y) * c) * Y, dY, wrt(Y, Y));
+  CHECK(test::same_bits(dSelf1, dSelf));
+  CHECK(test::same_bits(dSelf2, dSelf));
 }
 
 TEST_CASE("gradient: zeros for what e does not read, views name their leaf, vjp is gradient", "[gradient]") {
@@ -171,6 +176,14 @@ TEST_CASE("gradient: zeros for what e does not read, views name their leaf, vjp 
   const matrix_view<const float, dyn, dyn> Qv(Q);
   const auto [dQv] = gradient(e, dO, wrt(Qv));
   CHECK(test::same_bits(dQv, dQ));
+  // The fused backward's dK, moved into the first sum, copied into the second.
+  const matrix<float, dyn, dyn> Qd = Q, Kd = K, Vd = V, dOd = dO;
+  const auto ed = softmax(Qd * transpose(Kd) / sqrt(dim<4>)) * Vd;
+  const auto [dK1, dQd, dK2] = gradient(ed, dOd, wrt(Kd, Qd, Kd));
+  const auto [dKd] = gradient(ed, dOd, wrt(Kd));
+  CHECK(test::same_bits(dK1, dKd));
+  CHECK(test::same_bits(dK2, dKd));
+  CHECK(test::same_bits(dQd, std::get<0>(gradient(ed, dOd, wrt(Qd)))));
   // vjp: the value is eval(e), and the pullback gives gradient's bits, as often as asked.
   const auto [O, back] = vjp(e);
   CHECK(test::same_bits(O, eval(e)));
