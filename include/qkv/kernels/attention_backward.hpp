@@ -131,17 +131,13 @@ struct attention_backward_kernel {
           for (std::size_t c = 0; c < dk; ++c) kp[c / NR * NR * m + j * NR + c % NR] = T(0);
     }
     T* qt = shared + x.qt;
-    T* dot = shared + x.dot;
     T* delta = shared + x.delta;
+    transpose_of(p.q, shared + x.qt, x.n_ld);
+    transpose_of(g.d_out, shared + x.dot, x.n_ld);
     for (std::size_t i = 0; i < n; ++i) {
-      const bool finite = finite_row(p.q.ptr(i, 0), 1, dk);
-      for (std::size_t c = 0; c < dk; ++c) qt[c * x.n_ld + i] = finite ? p.q(i, c) : T(0);
-      T d = T(0);
-      for (std::size_t c = 0; c < dv; ++c) {
-        dot[c * x.n_ld + i] = g.d_out(i, c);
-        d += g.d_out(i, c) * g.out(i, c);
-      }
-      delta[i] = d;
+      if (!finite_row(p.q.ptr(i, 0), p.q.col_stride, dk))
+        for (std::size_t c = 0; c < dk; ++c) qt[c * x.n_ld + i] = T(0);
+      delta[i] = row_dot(g.d_out.ptr(i, 0), g.d_out.col_stride, g.out.ptr(i, 0), g.out.col_stride, dv);
     }
     for (std::size_t e = x.dkt; e < x.end; ++e) shared[e] = T(0);
     if constexpr (!traits::has_term)
@@ -196,13 +192,9 @@ struct attention_backward_kernel {
   static void finish(const attention_problem<T>& p, const attention_gradient<T>& g, const T* shared) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const parts x = layout(n, m, dk, dv);
-    if constexpr (traits::has_term)
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = shared[x.dqt + c * x.n_ld + i];
-    for (std::size_t j = 0; j < m; ++j) {
-      for (std::size_t c = 0; c < dk; ++c) g.dk(j, c) = shared[x.dkt + c * x.m_ld + j];
-      for (std::size_t c = 0; c < dv; ++c) g.dv(j, c) = shared[x.dvt + c * x.m_ld + j];
-    }
+    if constexpr (traits::has_term) transpose_to(shared + x.dqt, x.n_ld, g.dq);
+    transpose_to(shared + x.dkt, x.m_ld, g.dk);
+    transpose_to(shared + x.dvt, x.m_ld, g.dv);
     if constexpr (traits::has_term_weight) {
       if (g.d_term_weight == nullptr) return;
       for (std::size_t c = 0; c < dk; ++c) {
@@ -222,9 +214,49 @@ struct attention_backward_kernel {
   static void prefetch(const T* row, std::size_t count) { prefetch_bytes<1>(row, count * sizeof(T)); }
 
   static bool finite_row(const T* x, std::ptrdiff_t stride, std::size_t count) {
+    // x·0 is NaN for ±∞ and NaN, and a NaN stays in the sum; a vector of
+    // sums, not one chain of count dependent additions.
+    std::size_t c = 0;
     T probe = T(0);
-    for (std::size_t c = 0; c < count; ++c) probe += x[static_cast<std::ptrdiff_t>(c) * stride] * T(0);
-    return probe == T(0);  // x·0 is NaN for ±∞ and NaN
+    if (stride == 1) {
+      batch sums(T(0));
+      for (; c + W <= count; c += W) sums = fmadd(batch::load_unaligned(x + c), batch(T(0)), sums);
+      probe = xsimd::hadd(sums);
+    }
+    for (; c < count; ++c) probe += x[static_cast<std::ptrdiff_t>(c) * stride] * T(0);
+    return probe == T(0);
+  }
+
+  // Σ_c a_c b_c (D_i = dO_i · O_i), a vector of sums where both are rows.
+  static T row_dot(const T* a, std::ptrdiff_t sa, const T* b, std::ptrdiff_t sb, std::size_t count) {
+    std::size_t c = 0;
+    T d = T(0);
+    if (sa == 1 && sb == 1) {
+      batch sums(T(0));
+      for (; c + W <= count; c += W) sums = fmadd(batch::load_unaligned(a + c), batch::load_unaligned(b + c), sums);
+      d = xsimd::hadd(sums);
+    }
+    for (; c < count; ++c) d += a[static_cast<std::ptrdiff_t>(c) * sa] * b[static_cast<std::ptrdiff_t>(c) * sb];
+    return d;
+  }
+
+  // out[c·ld + i] = x(i, c): Q and dO as rows of Qᵀ and dOᵀ.
+  static void transpose_of(const strided<const T>& x, T* out, std::size_t ld) {
+    if (x.col_stride == 1 && x.row_stride >= 0) {
+      transpose_matrix<Arch, T>(x.data, static_cast<std::size_t>(x.row_stride), x.rows, x.cols, out, ld);
+    } else {
+      for (std::size_t i = 0; i < x.rows; ++i)
+        for (std::size_t c = 0; c < x.cols; ++c) out[c * ld + i] = x(i, c);
+    }
+  }
+  // x(j, c) = sum[c·ld + j]: a sum kept transposed, written out.
+  static void transpose_to(const T* sum, std::size_t ld, const strided<T>& x) {
+    if (x.col_stride == 1 && x.row_stride >= 0) {
+      transpose_matrix<Arch, T>(sum, ld, x.cols, x.rows, x.data, static_cast<std::size_t>(x.row_stride));
+    } else {
+      for (std::size_t j = 0; j < x.rows; ++j)
+        for (std::size_t c = 0; c < x.cols; ++c) x(j, c) = sum[c * ld + j];
+    }
   }
 
   static bool visible(const attention_problem<T>& p, const Ext& ext, std::size_t i0, std::size_t br, std::size_t j0,
