@@ -46,6 +46,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 
@@ -139,10 +140,12 @@ struct attention_backward_kernel {
         for (std::size_t c = 0; c < dk; ++c) qt[c * x.n_ld + i] = T(0);
       delta[i] = row_dot(g.d_out.ptr(i, 0), g.d_out.col_stride, g.out.ptr(i, 0), g.out.col_stride, dv);
     }
-    for (std::size_t e = x.dkt; e < x.end; ++e) shared[e] = T(0);
+    std::fill(shared + x.dkt, shared + x.end, T(0));
     if constexpr (!traits::has_term)
-      for (std::size_t i = 0; i < n; ++i)
-        for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = T(0);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (g.dq.col_stride == 1) std::fill_n(g.dq.ptr(i, 0), dk, T(0));
+        else for (std::size_t c = 0; c < dk; ++c) g.dq(i, c) = T(0);
+      }
   }
 
   // Key blocks go in groups whose packed K and V and sums of dK and dV stay
