@@ -40,9 +40,11 @@
 #include "online_softmax.hpp"
 #include "prefetch.hpp"
 #include "register_tile.hpp"
+#include "row_dot.hpp"
 #include "score_transform.hpp"
 #include "term_backward.hpp"
 #include "term_tile.hpp"
+#include "transpose.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -138,7 +140,7 @@ struct attention_backward_kernel {
     for (std::size_t i = 0; i < n; ++i) {
       if (!finite_row(p.q.ptr(i, 0), p.q.col_stride, dk))
         for (std::size_t c = 0; c < dk; ++c) qt[c * x.n_ld + i] = T(0);
-      delta[i] = row_dot(g.d_out.ptr(i, 0), g.d_out.col_stride, g.out.ptr(i, 0), g.out.col_stride, dv);
+      delta[i] = row_dot<Arch>(g.d_out.ptr(i, 0), g.d_out.col_stride, g.out.ptr(i, 0), g.out.col_stride, dv);
     }
     std::fill(shared + x.dkt, shared + x.end, T(0));
     if constexpr (!traits::has_term)
@@ -228,19 +230,6 @@ struct attention_backward_kernel {
     }
     for (; c < count; ++c) probe += x[static_cast<std::ptrdiff_t>(c) * stride] * T(0);
     return probe == T(0);
-  }
-
-  // Σ_c a_c b_c (D_i = dO_i · O_i), a vector of sums where both are rows.
-  static T row_dot(const T* a, std::ptrdiff_t sa, const T* b, std::ptrdiff_t sb, std::size_t count) {
-    std::size_t c = 0;
-    T d = T(0);
-    if (sa == 1 && sb == 1) {
-      batch sums(T(0));
-      for (; c + W <= count; c += W) sums = fmadd(batch::load_unaligned(a + c), batch::load_unaligned(b + c), sums);
-      d = xsimd::hadd(sums);
-    }
-    for (; c < count; ++c) d += a[static_cast<std::ptrdiff_t>(c) * sa] * b[static_cast<std::ptrdiff_t>(c) * sb];
-    return d;
   }
 
   // out[c·ld + i] = x(i, c): Q and dO as rows of Qᵀ and dOᵀ.

@@ -17,9 +17,9 @@
 #include "arch_traits.hpp"
 #include "attention_problem.hpp"
 #include "blocking.hpp"
-#include "load_float.hpp"
 #include "online_softmax.hpp"
 #include "prefetch.hpp"
+#include "row_dot.hpp"
 #include "score_transform.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -123,7 +123,7 @@ struct attention_decode {
         }
       }
     }
-    for (; j < count; ++j) u[j] = dot(q, p.k.ptr(j0 + j, 0), p.k.col_stride, dk);
+    for (; j < count; ++j) u[j] = row_dot<Arch>(q, 1, p.k.ptr(j0 + j, 0), p.k.col_stride, dk);
   }
 
   // o = Σ_j u_j v_{j0+j} over j < count, in partial sums of sum_chunk keys;
@@ -223,22 +223,6 @@ struct attention_decode {
   }
 
   template <class S>
-  static T dot(const T* q, const S* k, std::ptrdiff_t kcs, std::size_t d) {
-    std::size_t c = 0;
-    T tail = T(0);
-    batch acc0(T(0)), acc1(T(0));
-    if (kcs == 1) {
-      for (; c + 2 * W <= d; c += 2 * W) {
-        acc0 = fmadd(batch::load_unaligned(q + c), load(k + c), acc0);
-        acc1 = fmadd(batch::load_unaligned(q + c + W), load(k + c + W), acc1);
-      }
-      for (; c + W <= d; c += W) acc0 = fmadd(batch::load_unaligned(q + c), load(k + c), acc0);
-    }
-    for (; c < d; ++c) tail += q[c] * static_cast<T>(k[static_cast<std::ptrdiff_t>(c) * kcs]);
-    return xsimd::hadd(acc0 + acc1) + tail;
-  }
-
-  template <class S>
   static void axpy(T a, const S* x, std::ptrdiff_t xcs, T* y, std::size_t d) {
     std::size_t c = 0;
     const batch va(a);
@@ -253,8 +237,7 @@ struct attention_decode {
 
   template <class S>
   static batch load(const S* p) {
-    if constexpr (std::is_same_v<S, T>) return batch::load_unaligned(p);
-    else return load_float<Arch>(p);
+    return load_as<Arch, T>(p);
   }
 
   template <class S>

@@ -112,21 +112,10 @@ struct term_backward {
     for (std::size_t c = 0; ahead != 0 && c < o.dk; ++c) prefetch_bytes<1>(o.dqt + c * o.n_ld + next, ahead * sizeof(T));
     std::size_t most = 0;
     for (std::size_t ir = 0; ir < br; ir += MR) most = keys[ir / MR] > most ? keys[ir / MR] : most;
-    if constexpr (transposes<Arch, T>) {
-      // W×W blocks in registers; rows past br are 0, keys past most unused.
-      for (std::size_t i = 0; i < blocking::round_up(br, NR); i += W)
-        for (std::size_t j = 0; j < most; j += W) {
-          batch r[W];
-          for (std::size_t q = 0; q < W; ++q) r[q] = i + q < br ? batch::load_aligned(ds + (i + q) * BK + j) : batch(T(0));
-          transpose_square<Arch, T>(r);
-          for (std::size_t q = 0; q < W; ++q) r[q].store_aligned(dst + (j + q) * ldt + i);
-        }
-    } else {
-      for (std::size_t i = 0; i < br; ++i)
-        for (std::size_t j = 0; j < most; ++j) dst[j * ldt + i] = ds[i * BK + j];
-      for (std::size_t j = 0; j < most; ++j)
-        for (std::size_t i = br; i < blocking::round_up(br, NR); ++i) dst[j * ldt + i] = T(0);
-    }
+    // dS transposed; rows past br, up to the strip's NR, are 0.
+    transpose_matrix<Arch, T>(ds, BK, br, most, dst, ldt);
+    for (std::size_t j = 0; j < most; ++j)
+      for (std::size_t i = br; i < blocking::round_up(br, NR); ++i) dst[j * ldt + i] = T(0);
     for (std::size_t ir = 0; ir < br; ir += NR) {
       const std::size_t rows = min(NR, br - ir);
       std::size_t count = 0;  // the keys the strip's rows see
