@@ -151,15 +151,11 @@ struct attention_backward_kernel {
   }
 
   // Key blocks go in groups whose packed K and V and sums of dK and dV stay
-  // in L2 together, so that dQ's rows, summed into once per tile, are
-  // fetched once per group rather than once per key block. A group may take
-  // twice the forward's L2 share (512 KiB: all of a Zen 3 core's L2, half of
-  // a Zen 4's): at d = 128 that is three key blocks rather than one, and on
-  // Zen 3 the backward took 0.86–0.96 of the time at T = 4096 and 8192
-  // (d = 64, three blocks or six, alike).
+  // in the L2 share together, so that dQ's rows, summed into once per tile,
+  // are fetched once per group rather than once per key block.
   static constexpr std::size_t group_blocks(std::size_t dk, std::size_t dv) {
     const std::size_t per_block = BK * (3 * dk + 2 * dv);
-    const std::size_t fit = 2 * B.l2_elements / (per_block == 0 ? 1 : per_block);
+    const std::size_t fit = B.l2_elements / (per_block == 0 ? 1 : per_block);
     return fit < 1 ? 1 : fit;
   }
   static constexpr std::size_t key_groups(std::size_t m, std::size_t dk, std::size_t dv) {
@@ -268,9 +264,9 @@ struct attention_backward_kernel {
     const parts x = layout(n, m, dk, dv);
     const std::size_t bcp = up(bc, NR);
     // The rows of queries [next, next + BQ), which the next tile reads, are
-    // fetched ahead a strip at a time by a group's last tile: the next tile
-    // starts a new query block, whose rows would otherwise come from L3 as
-    // the products wait.
+    // fetched ahead a strip at a time: with one key block in a group (dk =
+    // 128 on a 512 KiB L2) every tile reads a new query block, whose rows
+    // would otherwise come from L3 as the products wait.
     const std::size_t ahead = next < n ? min(BQ, n - next) : 0;
     T* s = scratch;                  // scores, then weights P (rows of BK)
     T* ds = s + aligned(BQ * BK);    // dP, then dS
