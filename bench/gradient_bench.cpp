@@ -8,7 +8,8 @@
 // recomputes. With a soft-capping score_mod and a user similarity equal to
 // the dot product too, whose backward runs in this unit
 // (qkv_gradient_bench_native: -march=native). And additive(Wq, Wk, w) with
-// and without w's gradient, fused and node by node.
+// and without w's gradient, fused and node by node; one head on two
+// threads, and eight.
 #include "bench_common.hpp"
 
 #include <qkv/kernels/api.hpp>
@@ -179,6 +180,23 @@ void fused_backward_heads(benchmark::State& state) {
   qkv::set_threads(1);
 }
 
+// One head on 1 and 2 threads: its key groups split over the threads (dK,
+// dV), then its query blocks (dQ). Against the first: what the second
+// thread gives, which the key groups' size decides at small T.
+void fused_backward_one_head(benchmark::State& state, const bench::config& c, std::size_t threads) {
+  qkv::set_threads(threads);
+  gradient_inputs in(c);
+  with_attention(c, in, [&](const auto& e) {
+    const auto [O, back] = qkv::vjp(e);
+    for (auto _ : state) {
+      auto g = back(in.dO, qkv::wrt(in.Q, in.K, in.V));
+      benchmark::DoNotOptimize(std::get<0>(g).data());
+    }
+  });
+  set_backward_counters(state, c);
+  qkv::set_threads(1);
+}
+
 // additive(Wq, Wk, w) with a projection width of d: dQ, dK, dV, dWq and
 // dWk, and w's too when with_w (summed beside dK by the fused backward);
 // node by node for comparison, which materialises every n×m matrix.
@@ -229,6 +247,15 @@ const int registered = [] {
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
     }
+  for (const std::size_t d : {64, 128})
+    for (const std::size_t t : {256, 1024, 4096})
+      for (const std::size_t threads : {1, 2}) {
+        const bench::config c{t, t, d, false};
+        benchmark::RegisterBenchmark(("fused_backward_one_head/" + c.name() + "/threads:" + std::to_string(threads)).c_str(),
+                                     [c, threads](benchmark::State& s) { fused_backward_one_head(s, c, threads); })
+            ->Unit(benchmark::kMillisecond)
+            ->UseRealTime();
+      }
   benchmark::RegisterBenchmark("fused_gradient_8_heads/T=4096/d=64/causal=1", fused_backward_heads)
       ->Arg(1)
       ->Arg(2)

@@ -151,15 +151,25 @@ struct attention_backward_kernel {
   }
 
   // Key blocks go in groups whose packed K and V and sums of dK and dV stay
-  // in the L2 share together, so that dQ's rows, summed into once per tile,
-  // are fetched once per group rather than once per key block.
-  static constexpr std::size_t group_blocks(std::size_t dk, std::size_t dv) {
-    const std::size_t per_block = BK * (3 * dk + 2 * dv);
-    const std::size_t fit = B.l2_elements / (per_block == 0 ? 1 : per_block);
+  // in L2 together, so that dQ's rows, summed into once per tile, are
+  // fetched once per group rather than once per key block. A group takes
+  // the L2 share, and up to twice it (512 KiB: all of a Zen 3 core's L2,
+  // half of a Zen 4's) while at least four groups remain: at d = 128 that
+  // is three key blocks rather than one, which took 0.86–0.96 of the time
+  // at T = 4096 and 8192 on Zen 3. One head on several threads splits its
+  // groups among them, so small T keeps small groups. The size depends on
+  // the shape alone, never on the threads: a term's weight sums are kept
+  // per group.
+  static constexpr std::size_t group_blocks(std::size_t m, std::size_t dk, std::size_t dv) {
+    const std::size_t per_block = BK * (3 * dk + 2 * dv), at_least = 4;
+    const std::size_t share = B.l2_elements / (per_block == 0 ? 1 : per_block);
+    const std::size_t most = 2 * B.l2_elements / (per_block == 0 ? 1 : per_block);
+    const std::size_t spread = key_blocks(m) / at_least;
+    const std::size_t fit = share > spread ? share : (most < spread ? most : spread);
     return fit < 1 ? 1 : fit;
   }
   static constexpr std::size_t key_groups(std::size_t m, std::size_t dk, std::size_t dv) {
-    const std::size_t g = group_blocks(dk, dv);
+    const std::size_t g = group_blocks(m, dk, dv);
     return (key_blocks(m) + g - 1) / g;
   }
 
@@ -167,7 +177,7 @@ struct attention_backward_kernel {
   // them; dQ too when with_dq (one thread: then no query_block is run).
   static void key_group(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kg,
                         T* scratch, bool with_dq, const Ext& ext) {
-    const std::size_t n = p.q.rows, m = p.k.rows, per = group_blocks(p.q.cols, p.v.cols);
+    const std::size_t n = p.q.rows, m = p.k.rows, per = group_blocks(m, p.q.cols, p.v.cols);
     const std::size_t kb1 = min((kg + 1) * per, key_blocks(m));
     T* weight_sums = nullptr;
     if constexpr (traits::has_term_weight)
@@ -264,9 +274,9 @@ struct attention_backward_kernel {
     const parts x = layout(n, m, dk, dv);
     const std::size_t bcp = up(bc, NR);
     // The rows of queries [next, next + BQ), which the next tile reads, are
-    // fetched ahead a strip at a time: with one key block in a group (dk =
-    // 128 on a 512 KiB L2) every tile reads a new query block, whose rows
-    // would otherwise come from L3 as the products wait.
+    // fetched ahead a strip at a time by a group's last tile: the next tile
+    // starts a new query block, whose rows would otherwise come from L3 as
+    // the products wait.
     const std::size_t ahead = next < n ? min(BQ, n - next) : 0;
     T* s = scratch;                  // scores, then weights P (rows of BK)
     T* ds = s + aligned(BQ * BK);    // dP, then dS
