@@ -67,8 +67,11 @@ void forward(benchmark::State& state, const bench::config& c) {
   bench::set_counters(state, c);
 }
 
-void fused_backward(benchmark::State& state, const bench::config& c) {
-  qkv::set_threads(1);
+// On `threads` threads: one head's key groups split over them (dK, dV),
+// then its query blocks (dQ). With two against one: what the second
+// thread gives, which the key groups' size decides at small T.
+void fused_backward_on(benchmark::State& state, const bench::config& c, std::size_t threads) {
+  qkv::set_threads(threads);
   gradient_inputs in(c);
   with_attention(c, in, [&](const auto& e) {
     const auto [O, back] = qkv::vjp(e);
@@ -78,7 +81,10 @@ void fused_backward(benchmark::State& state, const bench::config& c) {
     }
   });
   set_backward_counters(state, c);
+  qkv::set_threads(1);
 }
+
+void fused_backward(benchmark::State& state, const bench::config& c) { fused_backward_on(state, c, 1); }
 
 // The same with soft-capping, 30·tanh(s / 30), a score_mod that the fused
 // backward differentiates with dual numbers inside its loop. The functor
@@ -180,23 +186,6 @@ void fused_backward_heads(benchmark::State& state) {
   qkv::set_threads(1);
 }
 
-// One head on 1 and 2 threads: its key groups split over the threads (dK,
-// dV), then its query blocks (dQ). Against the first: what the second
-// thread gives, which the key groups' size decides at small T.
-void fused_backward_one_head(benchmark::State& state, const bench::config& c, std::size_t threads) {
-  qkv::set_threads(threads);
-  gradient_inputs in(c);
-  with_attention(c, in, [&](const auto& e) {
-    const auto [O, back] = qkv::vjp(e);
-    for (auto _ : state) {
-      auto g = back(in.dO, qkv::wrt(in.Q, in.K, in.V));
-      benchmark::DoNotOptimize(std::get<0>(g).data());
-    }
-  });
-  set_backward_counters(state, c);
-  qkv::set_threads(1);
-}
-
 // additive(Wq, Wk, w) with a projection width of d: dQ, dK, dV, dWq and
 // dWk, and w's too when with_w (summed beside dK by the fused backward);
 // node by node for comparison, which materialises every n×m matrix.
@@ -252,7 +241,7 @@ const int registered = [] {
       for (const std::size_t threads : {1, 2}) {
         const bench::config c{t, t, d, false};
         benchmark::RegisterBenchmark(("fused_backward_one_head/" + c.name() + "/threads:" + std::to_string(threads)).c_str(),
-                                     [c, threads](benchmark::State& s) { fused_backward_one_head(s, c, threads); })
+                                     [c, threads](benchmark::State& s) { fused_backward_on(s, c, threads); })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime();
       }
