@@ -19,6 +19,8 @@ struct compiled_backward_kernel {
   }
   std::size_t scratch_size() const { return k.scratch_size(); }
   std::size_t query_blocks(std::size_t n) const { return k.query_blocks(n); }
+  std::size_t key_blocks(std::size_t m) const { return k.key_blocks(m); }
+  std::size_t group_blocks(std::size_t m, std::size_t dk, std::size_t dv) const { return k.group_blocks(m, dk, dv); }
   std::size_t key_groups(std::size_t m, std::size_t dk, std::size_t dv) const { return k.key_groups(m, dk, dv); }
   void prepare(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared) const { k.prepare(p, g, shared); }
   void key_group(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kg, T* scratch,

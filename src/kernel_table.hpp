@@ -33,6 +33,8 @@ struct backward_entries {
   std::size_t (*shared_size)(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv);
   std::size_t (*scratch_size)();
   std::size_t (*query_blocks)(std::size_t n);
+  std::size_t (*key_blocks)(std::size_t m);
+  std::size_t (*group_blocks)(std::size_t m, std::size_t dk, std::size_t dv);
   std::size_t (*key_groups)(std::size_t m, std::size_t dk, std::size_t dv);
   void (*prepare)(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared);
   void (*key_group)(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kg,

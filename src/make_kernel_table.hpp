@@ -48,6 +48,8 @@ constexpr kernel_set<T> make_kernel_set() {
           .backward = {.shared_size = &compiled_backward<Arch, T>::kernel::shared_size,
                        .scratch_size = &compiled_backward<Arch, T>::kernel::scratch_size,
                        .query_blocks = &compiled_backward<Arch, T>::kernel::query_blocks,
+                       .key_blocks = &compiled_backward<Arch, T>::kernel::key_blocks,
+                       .group_blocks = &compiled_backward<Arch, T>::kernel::group_blocks,
                        .key_groups = &compiled_backward<Arch, T>::kernel::key_groups,
                        .prepare = &compiled_backward<Arch, T>::kernel::prepare,
                        .key_group = &compiled_backward<Arch, T>::key_group,

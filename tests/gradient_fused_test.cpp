@@ -10,6 +10,7 @@
 
 #include <qkv/kernels/attention.hpp>
 #include <qkv/kernels/attention_backward.hpp>
+#include <qkv/kernels/backward_schedule.hpp>
 #include <qkv/qkv.hpp>
 
 #include <cmath>
@@ -211,4 +212,25 @@ TEST_CASE("fused backward: scores past 2^24 still weigh as the forward does", "[
     CHECK(std::fabs(dV(1, c) - half) <= 4 * std::numeric_limits<float>::epsilon() * std::fabs(half) + 1e-30f);
     CHECK(dV(2, c) == 0.0f);
   }
+}
+
+TEST_CASE("one head is split over threads only where the two passes can pay", "[gradient][threads]") {
+  using kernels::backward_detail::busiest;
+  using kernels::backward_detail::split_pays;
+  // In order to whichever thread is free first: 3 + 1 blocks on two threads
+  // leave one with 3; five groups of 11 and one of 3 on two threads, 33.
+  CHECK(busiest(2, 3, 1, 2) == 3);
+  CHECK(busiest(6, 11, 3, 2) == 33);
+  CHECK(busiest(5, 11, 3, 2) == 25);
+  CHECK(busiest(4, 1, 1, 3) == 2);
+  CHECK(busiest(1, 5, 2, 4) == 2);
+  CHECK(busiest(0, 5, 2, 4) == 0);
+  // One head of T = 256 (4 key blocks of 64) at d = 64: key groups of 3 and 1
+  // blocks, 4 query blocks; 2 threads took 1.05 times one thread's time.
+  CHECK_FALSE(split_pays(4, 3, 4, 2));
+  // At d = 128 four groups of one block (0.84 of one thread's time), and at
+  // T = 1024, d = 64 four groups of four (0.75): both split.
+  CHECK(split_pays(4, 1, 4, 2));
+  CHECK(split_pays(16, 4, 16, 2));
+  CHECK(split_pays(4, 3, 4, 4));  // more threads: each pass is one piece long
 }

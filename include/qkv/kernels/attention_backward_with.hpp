@@ -25,6 +25,10 @@ struct backward_with_functors {
   }
   std::size_t scratch_size() const { return kernel::scratch_size(); }
   std::size_t query_blocks(std::size_t n) const { return kernel::query_blocks(n); }
+  std::size_t key_blocks(std::size_t m) const { return kernel::key_blocks(m); }
+  std::size_t group_blocks(std::size_t m, std::size_t dk, std::size_t dv) const {
+    return kernel::group_blocks(m, dk, dv);
+  }
   std::size_t key_groups(std::size_t m, std::size_t dk, std::size_t dv) const { return kernel::key_groups(m, dk, dv); }
   void prepare(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared) const {
     kernel::prepare(p, g, shared);

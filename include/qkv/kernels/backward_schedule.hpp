@@ -8,8 +8,9 @@
 // Many problems at once go one a thread, each in one pass.
 //
 // Kernel: shared_size(n, m, dk, dv), scratch_size(), query_blocks(n),
-// key_groups(m, dk, dv), prepare(p, g, shared), key_group(p, g, shared, kg,
-// scratch, with_dq), query_block(p, g, shared, qb, scratch), finish(p, g, shared).
+// key_blocks(m), group_blocks(m, dk, dv), key_groups(m, dk, dv),
+// prepare(p, g, shared), key_group(p, g, shared, kg, scratch, with_dq),
+// query_block(p, g, shared, qb, scratch), finish(p, g, shared).
 #pragma once
 
 #include "../storage/aligned_buffer.hpp"
@@ -38,15 +39,43 @@ T* thread_shared(std::size_t elements) {
   return schedule_detail::thread_buffer<T, 4>(elements);
 }
 
-// One problem: on one thread when `alone` or when it has one group of keys,
-// else spread over the threads.
+// The busiest of t threads' share of count pieces, all of `size` but the
+// last (last ≤ size), handed out in order to whichever thread is free
+// first, as parallel_for does: the first count − 1 go round the threads, and
+// the last to one that has had fewest.
+constexpr std::size_t busiest(std::size_t count, std::size_t size, std::size_t last, std::size_t t) {
+  if (count == 0) return 0;
+  const std::size_t rounds = (count - 1) / t, left = (count - 1) % t;
+  return left > 0 ? (rounds + 1) * size : rounds * size + last;
+}
+
+// Whether the two passes on t threads beat one pass on one thread. A pair
+// of tiles costs five products in one pass, four in the key pass (dK, dV)
+// and three in the query pass (dQ); each pass lasts as long as its busiest
+// thread. Measured on one head, the split took 1.15–1.2 times what this
+// count gives (its passes read the operands twice and wait for each other),
+// so it must come below 0.83 of the one pass: at T = 256, d = 64 (key
+// groups of 3 and 1 blocks) it does not, and two threads were slower than one.
+constexpr bool split_pays(std::size_t key_blocks, std::size_t group_blocks, std::size_t query_blocks, std::size_t t) {
+  const std::size_t groups = (key_blocks + group_blocks - 1) / group_blocks;
+  const std::size_t keys = busiest(groups, group_blocks, key_blocks - (groups - 1) * group_blocks, t);
+  const std::size_t queries = busiest(query_blocks, 1, 1, t);
+  const double split = 4.0 * double(keys) / double(key_blocks) + 3.0 * double(queries) / double(query_blocks);
+  return split < 0.83 * 5.0;
+}
+
+// One problem: on one thread when `alone` or when splitting it does not pay
+// (split_pays), else spread over the threads. The choice never changes the
+// results' bits.
 template <class Kernel, class T>
 void backward_one(const Kernel& k, const attention_problem<T>& p, const attention_gradient<T>& g, bool alone) {
   const std::size_t n = p.q.rows, m = p.k.rows;
   T* const shared = thread_shared<T>(k.shared_size(n, m, p.q.cols, p.v.cols));
   k.prepare(p, g, shared);
   const std::size_t key_groups = k.key_groups(m, p.q.cols, p.v.cols), query_blocks = k.query_blocks(n);
-  if (alone || threads() == 1 || key_groups < 2) {
+  const std::size_t t = threads();
+  if (alone || t == 1 || key_groups < 2 ||
+      !split_pays(k.key_blocks(m), k.group_blocks(m, p.q.cols, p.v.cols), query_blocks, t)) {
     T* scratch = thread_scratch<T>(k.scratch_size());
     for (std::size_t b = 0; b < key_groups; ++b) k.key_group(p, g, shared, b, scratch, true);
   } else {
