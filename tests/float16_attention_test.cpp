@@ -315,3 +315,36 @@ TEMPLATE_TEST_CASE("eval_into a 2-byte destination: eval(e)'s bits, matrices and
   const auto want = eval(te);
   CHECK(test::same_bits_tensor(TO, want));
 }
+
+TEMPLATE_TEST_CASE("eval_into a float destination from 2-byte inputs: written in place, or through a copy",
+                   "[half]", bf16, f16) {
+  using T = TestType;
+  ref::rng rng(37);
+  const std::size_t n = 9, m = 40, dk = 16, dv = 8;
+  matrix<T, dyn, dyn> Q(n, dk), K(m, dk), V(m, dv);
+  rng.fill(Q, -2, 2), rng.fill(K, -2, 2), rng.fill(V);
+  const auto e = softmax(causal(Q * transpose(K)) * 0.25f) * V;
+  matrix<float, dyn, dyn> want(n, dv);
+  eval_into(want, e);
+  // Rows of unit column stride, padded: the kernel writes them, and nothing else.
+  std::vector<float> padded(n * (dv + 3), -7.0f);
+  eval_into(matrix_view<float, dyn, dyn>(padded.data(), n, dv, dv + 3), e);
+  bool same = true, untouched = true;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < dv + 3; ++j) {
+      if (j < dv) same = same && padded[i * (dv + 3) + j] == want(i, j);
+      else untouched = untouched && padded[i * (dv + 3) + j] == -7.0f;
+    }
+  CHECK(same);
+  CHECK(untouched);
+  // A transposed destination (column stride n): through a copy.
+  std::vector<float> across(n * dv);
+  eval_into(matrix_view<float, dyn, dyn>(across.data(), n, dv, 1, n), e);
+  same = true;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < dv; ++j) same = same && across[j * n + i] == want(i, j);
+  CHECK(same);
+  // A destination of the wrong shape: the shape error, nothing written.
+  matrix<float, dyn, dyn> wrong(n + 1, dv);
+  CHECK_THROWS_AS(eval_into(wrong, e), shape_error);
+}
