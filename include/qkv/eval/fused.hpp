@@ -94,7 +94,7 @@ operand<T> compute_operand(const X& x) {
   if constexpr (!reads_half<X>()) {
     return node_operand<Policy>(x);
   } else if constexpr (leaf<X>) {
-    operand<T> r{aligned_buffer<T>(x.rows() * x.cols(), aligned_buffer<T>::uninitialized), {}};
+    operand<T> r{aligned_buffer<T>(x.rows() * x.cols(), aligned_buffer<T>::recycled), {}};
     auto out = matrix_view<T, dyn, dyn>(r.owned.data(), x.rows(), x.cols(), x.cols());
     convert_matrix(x, out);
     r.view = strided_of(out).as_const();

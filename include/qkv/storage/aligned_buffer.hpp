@@ -1,5 +1,8 @@
-// An owning, zero-initialised, cache-line-aligned array.
+// An owning, zero-initialised, cache-line-aligned array (or scratch,
+// uninitialized, its block recycled: recycled_blocks.hpp).
 #pragma once
+
+#include "recycled_blocks.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -10,12 +13,14 @@
 
 namespace qkv::detail {
 
-inline constexpr std::size_t storage_alignment = 64;  // a cache line, and one AVX-512 vector
-
 template <class T>
 class aligned_buffer {
   struct deleter {
-    void operator()(T* p) const noexcept { ::operator delete[](p, std::align_val_t{storage_alignment}); }
+    std::size_t recycled_bytes = 0;  // 0: not from recycled_blocks
+    void operator()(T* p) const noexcept {
+      if (recycled_bytes != 0) recycled_blocks::give(p, recycled_bytes);
+      else ::operator delete[](p, std::align_val_t{storage_alignment});
+    }
   };
 
  public:
@@ -29,6 +34,15 @@ class aligned_buffer {
   aligned_buffer(std::size_t n, uninitialized_t) : size_(n) {
     static_assert(std::is_trivial_v<T>);
     if (n != 0) data_.reset(static_cast<T*>(::operator new[](n * sizeof(T), std::align_val_t{storage_alignment})));
+  }
+  // Scratch (uninitialized) whose block goes back to the thread's
+  // recycled_blocks when the buffer goes, for the next call to take.
+  struct recycled_t {};
+  static constexpr recycled_t recycled{};
+  aligned_buffer(std::size_t n, recycled_t) : size_(n) {
+    static_assert(std::is_trivial_v<T>);
+    if (n != 0)
+      data_ = std::unique_ptr<T[], deleter>(static_cast<T*>(recycled_blocks::take(n * sizeof(T))), deleter{n * sizeof(T)});
   }
   aligned_buffer(const aligned_buffer& o) : aligned_buffer(o.size_) { std::copy_n(o.data(), size_, data()); }
   aligned_buffer(aligned_buffer&& o) noexcept : data_(std::move(o.data_)), size_(std::exchange(o.size_, 0)) {}
