@@ -56,14 +56,15 @@ enum class form { plain, causal, mask, bias };
 
 struct inputs {
   std::size_t n, m, dk, dv, kcs;  // K: every kcs-th column of its rows used
+  std::size_t k0;                 // K's first value: k[k0] (1: rows off 4-byte boundaries)
   std::vector<bf16> k, v;
   std::vector<float> q, bias;  // q: bf16 values
   std::vector<char> keep;      // the mask, row-major
   form f;
 
   inputs(std::size_t n_, std::size_t m_, std::size_t dk_, std::size_t dv_, form f_, std::uint32_t seed,
-         std::size_t kcs_ = 1)
-      : n(n_), m(m_), dk(dk_), dv(dv_), kcs(kcs_), k(m_ * dk_ * kcs_), v(m_ * dv_), q(n_ * dk_), bias(n_ * m_), keep(n_ * m_, 1), f(f_) {
+         std::size_t kcs_ = 1, std::size_t k0_ = 0)
+      : n(n_), m(m_), dk(dk_), dv(dv_), kcs(kcs_), k0(k0_), k(k0_ + m_ * dk_ * kcs_), v(m_ * dv_), q(n_ * dk_), bias(n_ * m_), keep(n_ * m_, 1), f(f_) {
     ref::rng rng(seed);
     for (auto& x : k) x = bf16(static_cast<float>(rng.uniform(-2, 2)));
     for (auto& x : v) x = bf16(static_cast<float>(rng.uniform(-1, 1)));
@@ -82,7 +83,7 @@ struct inputs {
   kernels::attention_problem<float, bf16> problem(float* out, bool queries_bf16) const {
     kernels::attention_problem<float, bf16> p;
     p.q = {q.data(), n, dk, static_cast<std::ptrdiff_t>(dk), 1};
-    p.k = {k.data(), m, dk, static_cast<std::ptrdiff_t>(dk * kcs), static_cast<std::ptrdiff_t>(kcs)};
+    p.k = {k.data() + k0, m, dk, static_cast<std::ptrdiff_t>(dk * kcs), static_cast<std::ptrdiff_t>(kcs)};
     p.v = {v.data(), m, dv, static_cast<std::ptrdiff_t>(dv), 1};
     p.out = {out, n, dv, static_cast<std::ptrdiff_t>(dv), 1};
     p.scale = 1.0f / std::sqrt(static_cast<float>(dk));
@@ -104,7 +105,7 @@ struct inputs {
     ref::mat qr(n, dk), kr(m, dk), vr(m, dv);
     for (std::size_t x = 0; x < q.size(); ++x) qr.v[x] = q[x];
     for (std::size_t j = 0; j < m; ++j)
-      for (std::size_t c = 0; c < dk; ++c) kr(j, c) = static_cast<float>(k[(j * dk + c) * kcs]);
+      for (std::size_t c = 0; c < dk; ++c) kr(j, c) = static_cast<float>(k[k0 + (j * dk + c) * kcs]);
     for (std::size_t x = 0; x < v.size(); ++x) vr.v[x] = static_cast<float>(v[x]);
     const ref::real scale = 1.0f / std::sqrt(static_cast<float>(dk));
     ref::mat s = ref::scale(ref::matmul(qr, ref::transpose(kr)), scale);
@@ -156,11 +157,11 @@ struct shape {
 };
 
 template <blocking B>
-void check_pairs(shape sh, form f, std::size_t kcs) {
+void check_pairs(shape sh, form f, std::size_t kcs, std::size_t k0 = 0) {
   const auto [n, m, dk, dv] = sh;
   INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", " << name(f) << ", key block "
-              << B.max_key_block << ", sum chunk " << B.sum_chunk << ", K column stride " << kcs);
-  const inputs in(n, m, dk, dv, f, static_cast<std::uint32_t>(n * 31 + m * 7 + dk + dv), kcs);
+              << B.max_key_block << ", sum chunk " << B.sum_chunk << ", K column stride " << kcs << ", K from " << k0);
+  const inputs in(n, m, dk, dv, f, static_cast<std::uint32_t>(n * 31 + m * 7 + dk + dv), kcs, k0);
   matrix<float, dyn, dyn> got(n, dv);
   run<B>(in.problem(got.data(), true));
   CHECK(worst(in, got, in.reference()) <= 1);
@@ -200,9 +201,14 @@ TEST_CASE("bf16 pairs: weights rounded as qkv::bf16 rounds them", "[half][pairs]
 TEST_CASE("attention on bf16 pairs stays within its bound over every tail", "[half][pairs][attention]") {
   constexpr blocking lib = kernels::blocking_of<arch, float>();
   const std::size_t w = lib.lanes;
+  // Odd dk packs K word by word; even dk (with rows on 4-byte boundaries)
+  // by register transposes of whole words, with a tail of words past the
+  // last W and keys past the last panel. dv = 2W fills whole value panels.
   const std::vector<shape> shapes = {
       {5, 9, 1, 1},          {7, 13, 5, 3},       {9, 70, 2 * w + 1, w + 3},  {33, 130, 17, 2 * w + 1},
       {lib.query_rows + 3, lib.max_key_block + 9, 4 * w + 3, 4 * w + 1},
+      {6, 11, 2, 2 * w},     {9, 71, 2 * w, w + 3}, {33, 130, 2 * w + 6, 2 * w},
+      {lib.query_rows + 3, lib.max_key_block + 9, 4 * w, 4 * w},
   };
   for (const shape& sh : shapes) {
     if (test::emulation_skips(sh.n, sh.m, sh.dk, sh.dv)) continue;
@@ -210,6 +216,7 @@ TEST_CASE("attention on bf16 pairs stays within its bound over every tail", "[ha
       check_pairs<lib>(sh, f, 1);
       check_pairs<tiny()>(sh, f, f == form::plain ? 2 : 1);
     }
+    check_pairs<lib>(sh, form::plain, 1, 1);  // K's rows 2 bytes off: word by word
   }
 }
 
@@ -241,7 +248,7 @@ TEST_CASE("bf16 attention through the dispatch stays within the pair bound", "[h
   const kernels::blocking b = kernels::active_blocking(sizeof(float));
   const std::size_t w = b.lanes;
   for (const shape sh : {shape{b.decode_rows + 1, 40, 3, 5}, shape{70, 300, 2 * w - 1, 2 * w + 5},
-                         shape{b.query_rows + 3, b.max_key_block + 9, 4 * w, 4 * w}}) {
+                         shape{b.query_rows + 3, b.max_key_block + 9, 4 * w, 4 * w}, shape{33, 131, 2 * w + 2, 2 * w}}) {
     if (test::emulation_skips(sh.n, sh.m, sh.dk, sh.dv)) continue;
     for (form f : {form::plain, form::causal, form::mask}) {
       INFO("n = " << sh.n << ", m = " << sh.m << ", dk = " << sh.dk << ", dv = " << sh.dv << ", " << name(f)

@@ -26,9 +26,10 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <bit>
 #include <cstring>
 
 namespace qkv::kernels {
@@ -103,48 +104,32 @@ struct attention_prefill_bf16 {
   static bool takes(const attention_problem<float, bf16>& p) {
     if (p.k.rows == 0 || !p.queries_in_storage_type) return false;
     const strided<const float>& q = p.q;
-    for (std::size_t i = 0; i < q.rows; ++i)
-      for (std::size_t c = 0; c < q.cols; ++c)
-        if ((bits(q(i, c)) & 0xffffu) != 0) return false;
-    return true;
+    std::uint32_t low = 0;  // every query's low halves, or-ed (a loop the compiler vectorises)
+    for (std::size_t i = 0; i < q.rows; ++i) {
+      const float* row = q.ptr(i, 0);
+      if (q.col_stride == 1)
+        for (std::size_t c = 0; c < q.cols; ++c) low |= bits(row[c]);
+      else
+        for (std::size_t c = 0; c < q.cols; ++c) low |= bits(q(i, c));
+    }
+    return (low & 0xffffu) == 0;
   }
 
   static void pack(const attention_problem<float, bf16>& p, float* shared) {
     if (!takes(p)) return float_prefill::pack(p, shared);
-    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols, dkp = pairs(dk), mp = pairs(m);
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     auto* kw = reinterpret_cast<std::uint32_t*>(shared);
     auto* vw = reinterpret_cast<std::uint32_t*>(shared + B.packed_k_size(m, dk));
     float* flags = shared + B.packed_k_size(m, dk) + B.packed_v_size(m, dv);
-    const std::ptrdiff_t kcs = p.k.col_stride, vcs = p.v.col_stride;
-    for (std::size_t j0 = 0; j0 < m; j0 += NR, kw += NR * dkp)
-      for (std::size_t j = 0; j < NR; ++j) {
-        if (j0 + j >= m) {
-          for (std::size_t q = 0; q < dkp; ++q) kw[q * NR + j] = 0;
-          continue;
-        }
-        const bf16* row = p.k.ptr(j0 + j, 0);
-        for (std::size_t q = 0; q < dk / 2; ++q) kw[q * NR + j] = word(at(row, 2 * q, kcs), at(row, 2 * q + 1, kcs));
-        if (dk % 2 != 0) kw[(dkp - 1) * NR + j] = word(at(row, dk - 1, kcs), 0);
-      }
-    for (std::size_t c0 = 0; c0 < dv; c0 += NR, vw += NR * mp) {
-      const std::size_t nc = min(NR, dv - c0);
-      for (std::size_t q = 0; q < mp; ++q) {
-        const bf16* r0 = p.v.ptr(2 * q, c0);
-        std::uint32_t* out = vw + q * NR;
-        if (2 * q + 1 < m) {
-          const bf16* r1 = p.v.ptr(2 * q + 1, c0);
-          for (std::size_t x = 0; x < nc; ++x) out[x] = word(at(r0, x, vcs), at(r1, x, vcs));
-        } else {
-          for (std::size_t x = 0; x < nc; ++x) out[x] = word(at(r0, x, vcs), 0);
-        }
-        for (std::size_t x = nc; x < NR; ++x) out[x] = 0;
-      }
-    }
+    pack_keys(p.k, kw);
+    pack_values(p.v, vw);
+    // A row's largest exponent field is all ones where it holds ±∞ or NaN
+    // (a maximum the compiler vectorises).
     for (std::size_t j = 0; j < m; ++j) {
       const bf16* row = p.v.ptr(j, 0);
-      bool finite = true;
-      for (std::size_t c = 0; c < dv; ++c) finite = finite && (at(row, c, vcs) & 0x7f80u) != 0x7f80u;
-      flags[j] = finite ? 2.0f : 3.0f;
+      std::uint16_t most = 0;
+      for (std::size_t c = 0; c < dv; ++c) most = std::max<std::uint16_t>(most, at(row, c, p.v.col_stride) & 0x7f80u);
+      flags[j] = most == 0x7f80u ? 3.0f : 2.0f;
     }
   }
 
@@ -175,8 +160,8 @@ struct attention_prefill_bf16 {
     const std::size_t kb = B.key_block(dk, dv), br = min(BR, n - i0);
     for (std::size_t r = 0; r < br; ++r) {
       const float* q = p.q.ptr(i0 + r, 0);
-      for (std::size_t c = 0; c < dkp; ++c)
-        qw[r * dkp + c] = (bits(q[2 * c]) >> 16) | (2 * c + 1 < dk ? bits(q[2 * c + 1]) & 0xffff0000u : 0u);
+      for (std::size_t c = 0; c < dk / 2; ++c) qw[r * dkp + c] = (bits(q[2 * c]) >> 16) | (bits(q[2 * c + 1]) & 0xffff0000u);
+      if (dk % 2 != 0) qw[r * dkp + dkp - 1] = bits(q[dk - 1]) >> 16;
     }
     for (std::size_t r = 0; r < br; ++r) row_m[r] = p.sink, row_l[r] = p.sink == softmax::neg_inf ? 0.0f : 1.0f;
     for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = 0.0f;
@@ -229,6 +214,49 @@ struct attention_prefill_bf16 {
   }
 
  private:
+  // K's rows read as 32-bit words are its pairs. With an even dk, a unit
+  // column stride and rows on 4-byte boundaries the panels are therefore the
+  // float kernel's packing of those words, by register transposes, which
+  // move bits and never round (at T = 1024 the word-by-word packing was
+  // about a tenth of a bf16 call); otherwise word by word.
+  static void pack_keys(const strided<const bf16>& k, std::uint32_t* kw) {
+    const std::size_t m = k.rows, dk = k.cols, dkp = pairs(dk);
+    const std::ptrdiff_t cs = k.col_stride;
+    if (dk % 2 == 0 && cs == 1 && k.row_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(k.data) % 4 == 0)
+      return float_prefill::tile::pack_transposed(reinterpret_cast<const float*>(k.data), k.row_stride / 2, 1, m, dkp,
+                                                  reinterpret_cast<float*>(kw));
+    for (std::size_t j0 = 0; j0 < m; j0 += NR, kw += NR * dkp)
+      for (std::size_t j = 0; j < NR; ++j) {
+        if (j0 + j >= m) {
+          for (std::size_t q = 0; q < dkp; ++q) kw[q * NR + j] = 0;
+          continue;
+        }
+        const bf16* row = k.ptr(j0 + j, 0);
+        for (std::size_t q = 0; q < dk / 2; ++q) kw[q * NR + j] = word(at(row, 2 * q, cs), at(row, 2 * q + 1, cs));
+        if (dk % 2 != 0) kw[(dkp - 1) * NR + j] = word(at(row, dk - 1, cs), 0);
+      }
+  }
+
+  // V's rows two by two, a panel's width at a time by Pairs::interleave.
+  static void pack_values(const strided<const bf16>& v, std::uint32_t* vw) {
+    const std::size_t m = v.rows, dv = v.cols, mp = pairs(m);
+    const std::ptrdiff_t cs = v.col_stride;
+    for (std::size_t c0 = 0; c0 < dv; c0 += NR, vw += NR * mp) {
+      const std::size_t nc = min(NR, dv - c0);
+      for (std::size_t q = 0; q < mp; ++q) {
+        const bf16* r0 = v.ptr(2 * q, c0);
+        const bf16* r1 = 2 * q + 1 < m ? v.ptr(2 * q + 1, c0) : nullptr;
+        std::uint32_t* out = vw + q * NR;
+        if (r1 != nullptr && nc == NR && cs == 1) {
+          Pairs::interleave(r0, r1, out);
+          continue;
+        }
+        for (std::size_t x = 0; x < nc; ++x) out[x] = word(at(r0, x, cs), r1 != nullptr ? at(r1, x, cs) : 0);
+        for (std::size_t x = nc; x < NR; ++x) out[x] = 0;
+      }
+    }
+  }
+
   // o += weights · values on the pair tile, in partial sums of at most
   // sum_chunk keys (attention_prefill's weigh_values). vw: the block's first
   // pair of value rows; mp: pairs of value rows in a panel.

@@ -13,6 +13,7 @@
 // instruction; it compiles only with -mavx512bf16 (src/arch_avx512bf16.cpp).
 #pragma once
 
+#include "../storage/float16.hpp"
 #include "arch_traits.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -53,6 +54,12 @@ struct bf16_pairs_emulated {
     }
     for (std::size_t i = 0; i < batch::size; ++i) out[i] = r[2 * i] | (r[2 * i + 1] << 16);
   }
+
+  // Two rows of 2W values as 2W words, a[x] in the low half of word x and
+  // b[x] in its high half: a panel's pairs of value rows.
+  static void interleave(const bf16* a, const bf16* b, std::uint32_t* out) {
+    for (std::size_t x = 0; x < 2 * batch::size; ++x) out[x] = a[x].bits() | (std::uint32_t(b[x].bits()) << 16);
+  }
 };
 
 #if defined(__AVX512BF16__)
@@ -71,6 +78,14 @@ struct bf16_pairs_avx512 {
   static void round_pairs(const float* x, std::uint32_t* out) {
     const __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
     _mm512_storeu_si512(out, (__m512i) r);
+  }
+
+  static void interleave(const bf16* a, const bf16* b, std::uint32_t* out) {
+    for (int h = 0; h < 2; ++h) {
+      const __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 16 * h)));
+      const __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 * h)));
+      _mm512_storeu_si512(out + 16 * h, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
   }
 };
 #endif
