@@ -206,11 +206,14 @@ mat attention_bound(const mat& q, const mat& k, const mat& v, real scale_factor,
 //    left unrounded: p̃ = p(1 + δ), |δ| ≤ 2⁻⁸, which moves O_il by at most
 //    Σ_j p_ij·2⁻⁸·|V_jl|. attention_bound_from_scores counts a score error
 //    twice (in the weight and in the row sum), so 2⁻⁹ more per score covers it;
+//  - the weights come from an exponential of relative error below 2⁻¹³
+//    (softmax_exp.hpp's degree 3): e^s(1 + ε) = e^(s + ε'), |ε'| < 2⁻¹³,
+//    which is 2⁻¹³ more per score;
 //  - the instruction flushes subnormal inputs, products and sums to zero:
 //    up to dk·tiny·scale more per score, and tiny per weight (already there).
 inline mat attention_bound_bf16_pairs(const mat& q, const mat& k, const mat& v, real scale_factor, const mat& scores,
                                       const mat& p) {
-  const real u = unit_roundoff<float>, rounding = std::ldexp(real(1), -9);
+  const real u = unit_roundoff<float>, rounding = std::ldexp(real(1), -9) + std::ldexp(real(1), -13);
   const mat qk_abs = scale(matmul(abs(q), transpose(abs(k))), scale_factor);
   mat e(q.rows, k.rows);
   for (std::size_t i = 0; i < q.rows; ++i)

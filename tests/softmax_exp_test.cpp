@@ -139,3 +139,29 @@ TEST_CASE("softmax_exp for doubles is within 2 ulp", "[softmax][exp]") {
   for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, ulps(got[i], std::exp(static_cast<long double>(x[i]))));
   CHECK(worst <= 2.0);
 }
+
+// The degree-3 exponential of weights rounded to bf16 next: its polynomial
+// is 1.02·10⁻⁴ from 2^r (2^−13.3), Horner's three roundings and the scaling
+// add a few 2⁻²⁴, so 2⁻¹³ bounds it (tests/reference.hpp counts 2⁻¹³ per
+// score for it); exact where the softmax needs it, as the degree-6 one.
+TEST_CASE("the bf16 weights' exponential is within 2^-13 of 2^x", "[softmax][exp][half]") {
+  const auto exp2_3 = [](const std::vector<float>& x) {
+    return map(x, [](batch<float> v) { return qkv::kernels::fast_exp2<3>(v); });
+  };
+  check_special_values<float>(exp2_3);
+  check_special_values<float>([](const std::vector<float>& x) {
+    return map(x, [](batch<float> v) { return qkv::kernels::softmax_exp<3>(v); });
+  });
+  const std::vector<float> x = sweep(-0.0f, -126.0f, test::emulated() ? 4093 : 509);
+  const std::vector<float> got = exp2_3(x);
+  long double worst = 0;
+  float at = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const long double exact = std::exp2(static_cast<long double>(x[i]));
+    const long double e = std::abs(static_cast<long double>(got[i]) - exact) / exact;
+    if (e > worst) worst = e, at = x[i];
+  }
+  INFO("worst relative error " << static_cast<double>(worst) << " at x = " << at);
+  CHECK(worst <= std::ldexp(1.0L, -13));
+  CHECK(worst > std::ldexp(1.0L, -14));  // the cheap polynomial is the one measured
+}

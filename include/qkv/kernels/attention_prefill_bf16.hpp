@@ -81,7 +81,11 @@ struct attention_prefill_bf16 {
   using Arch = typename Pairs::arch;
   using float_prefill = attention_prefill<Arch, float, no_extension, B>;
   using scores = typename float_prefill::scores;
-  using softmax = typename float_prefill::softmax;
+  // The weights are rounded to bf16 as they are made: an exponential of
+  // relative error 2^−13.3 (softmax_exp.hpp's degree 3) moves them far less
+  // than that rounding (2⁻⁹), and the same relative error in every weight
+  // cancels in o / l.
+  using softmax = online_softmax<Arch, float, 3>;
   static constexpr std::size_t W = float_prefill::W, MR = float_prefill::MR, NR = float_prefill::NR;
   static constexpr std::size_t BR = B.query_rows, BC = B.max_key_block;
   using tile = bf16_pair_tile<Pairs, MR>;
@@ -187,9 +191,9 @@ struct attention_prefill_bf16 {
           else tile::run(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, MR, NR, false);
         }
       }
-      // Weights in float, then rounded to pairs (an odd count's last pair
-      // ends in the padding, which the softmax set to weight 0). Whole
-      // panels' maxima as in attention_prefill.
+      // Weights rounded to pairs as the softmax makes them (an odd count's
+      // last pair ends in the padding, weight 0). Whole panels' maxima as in
+      // attention_prefill.
       for (std::size_t r = 0; r < br; ++r) {
         const std::size_t from = first[r / MR], count = keys[r / MR] - from;
         if (count == 0) continue;
@@ -198,8 +202,9 @@ struct attention_prefill_bf16 {
         const std::size_t full = count / NR * NR;
         const std::size_t known = scores::leaves(p, i0 + r, j0 + from, full) ? full : 0;
         const float known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
-        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
-        for (std::size_t j = 0; j < count; j += 2 * W) Pairs::round_pairs(u + j, pw + r * BC / 2 + (from + j) / 2);
+        std::uint32_t* row_pairs = pw + r * BC / 2 + from / 2;
+        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known,
+                      [row_pairs](std::size_t j, batch e0, batch e1, bool) { Pairs::round_pairs(e0, e1, row_pairs + j / 2); });
       }
       // A pair reads the value row after an odd count's last key too (its
       // weight 0, but 0·∞ is NaN): the rows checked include it.

@@ -44,9 +44,12 @@ struct bf16_pairs_emulated {
   // The 2W floats x[0, 2W) rounded to bf16 (nearest even; NaN stays NaN) as
   // W words, x[2i] and x[2i + 1] in word i.
   static void round_pairs(const float* x, std::uint32_t* out) {
+    round_pairs(batch::load_unaligned(x), batch::load_unaligned(x + batch::size), out);
+  }
+  static void round_pairs(batch x0, batch x1, std::uint32_t* out) {
     alignas(64) std::uint32_t r[2 * batch::size];
     for (std::size_t h = 0; h < 2; ++h) {
-      const words u = xsimd::bitwise_cast<words>(batch::load_unaligned(x + h * batch::size));
+      const words u = xsimd::bitwise_cast<words>(h == 0 ? x0 : x1);
       const words nearest = (u + words(0x7fffu) + ((u >> 16) & words(1u))) >> 16;
       const words quiet = (u >> 16) | words(0x40u);
       const auto is_nan = (u & words(0x7fffffffu)) > words(0x7f800000u);
@@ -76,8 +79,10 @@ struct bf16_pairs_avx512 {
   // vcvtne2ps2bf16 rounds to nearest even and keeps NaN a NaN; its first
   // operand gives the high half of the result.
   static void round_pairs(const float* x, std::uint32_t* out) {
-    const __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
-    _mm512_storeu_si512(out, (__m512i) r);
+    round_pairs(batch::load_unaligned(x), batch::load_unaligned(x + 16), out);
+  }
+  static void round_pairs(batch x0, batch x1, std::uint32_t* out) {
+    _mm512_storeu_si512(out, (__m512i) _mm512_cvtne2ps_pbh(x1, x0));
   }
 
   static void interleave(const bf16* a, const bf16* b, std::uint32_t* out) {

@@ -9,7 +9,10 @@
 // largest weight would overflow or vanish. Past |m| = 1/ε (rounding ≤ ½) the
 // scores are scaled first, as the node-by-node softmax scales them.
 //
-// Its exponential is softmax_exp.hpp's, one pass over a block's scores.
+// Its exponential is softmax_exp.hpp's (ExpDegree: its polynomial's), one
+// pass over a block's scores. The weights are written over the scores, or
+// handed to a sink two vectors at a time (the bf16 kernel rounds them into
+// pairs there, without storing them as floats first).
 #pragma once
 
 #include "arch_traits.hpp"
@@ -23,13 +26,24 @@
 
 namespace qkv::kernels {
 
-template <class Arch, class T>
+// Stores 2W weights from u + j (the second vector 0 past the scores).
+template <class T>
+struct weights_in_place {
+  T* u;
+  template <class batch>
+  void operator()(std::size_t j, batch e0, batch e1, bool both) const {
+    e0.store_aligned(u + j);
+    if (both) e1.store_aligned(u + j + batch::size);
+  }
+};
+
+template <class Arch, class T, std::size_t ExpDegree = 6>
 struct online_softmax {
   using batch = xsimd::batch<T, Arch>;
   static constexpr std::size_t W = batch::size;
   static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
   static constexpr T fold_limit = T(1) / std::numeric_limits<T>::epsilon();
-  static batch exp(batch x) { return softmax_exp(x); }
+  static batch exp(batch x) { return softmax_exp<ExpDegree>(x); }
 
   static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
@@ -63,32 +77,35 @@ struct online_softmax {
     return row_max(u, padded);
   }
 
-  // u ← exp(a·u − m) over `padded` values; returns their sum.
-  static T exponentiate(T* u, std::size_t padded, T a, T m) {
+  // exp(a·u − m) over `padded` values, handed to sink (in place: u ←);
+  // returns their sum.
+  template <class Sink>
+  static T exponentiate(T* u, std::size_t padded, T a, T m, const Sink& sink) {
     const batch va(a), vm(-m);
     batch s0(T(0)), s1(T(0));
     std::size_t j = 0;
     for (; j + 2 * W <= padded; j += 2 * W) {
       const batch e0 = exp(fmadd(va, batch::load_aligned(u + j), vm));
       const batch e1 = exp(fmadd(va, batch::load_aligned(u + j + W), vm));
-      e0.store_aligned(u + j);
-      e1.store_aligned(u + j + W);
+      sink(j, e0, e1, true);
       s0 += e0;
       s1 += e1;
     }
-    for (; j < padded; j += W) {
+    if (j < padded) {
       const batch e = exp(fmadd(va, batch::load_aligned(u + j), vm));
-      e.store_aligned(u + j);
+      sink(j, e, batch(T(0)), false);
       s0 += e;
     }
     return xsimd::hadd(s0 + s1);
   }
+  static T exponentiate(T* u, std::size_t padded, T a, T m) { return exponentiate(u, padded, a, m, weights_in_place<T>{u}); }
 
   // The weights of one block's scores (a·u, count of them), in place, with
   // the row's m, l and output o (dvp values) brought up to date; the first
   // `known` scores may come with their maximum, as block_max takes them.
-  static void step(T* u, std::size_t count, T a, T& m, T& l, T* o, std::size_t dvp, T known_max = neg_inf,
-                   std::size_t known = 0) {
+  template <class Sink>
+  static void step(T* u, std::size_t count, T a, T& m, T& l, T* o, std::size_t dvp, T known_max, std::size_t known,
+                   const Sink& sink) {
     const std::size_t padded = round_up(count, W);
     for (std::size_t j = count; j < padded; ++j) u[j] = neg_inf;
     const T mx = block_max(u, padded, a, m, known_max, known);
@@ -96,7 +113,7 @@ struct online_softmax {
     // A row with nothing visible yet keeps m = −∞; exp then sees −∞ − 0 = −∞
     // (weight 0) for masked scores and NaN for NaN ones, which must poison.
     const T m_safe = m_new == neg_inf ? T(0) : m_new;
-    const T sum = exponentiate(u, padded, a, m_safe);
+    const T sum = exponentiate(u, padded, a, m_safe, sink);
     // From m = −∞ the correction is 0, and o and l hold only 0, or NaN that
     // stays: nothing to rescale (a row's first visible block).
     if (m_new != m && m != neg_inf) {
@@ -107,6 +124,10 @@ struct online_softmax {
     }
     l += sum;
     m = m_new;
+  }
+  static void step(T* u, std::size_t count, T a, T& m, T& l, T* o, std::size_t dvp, T known_max = neg_inf,
+                   std::size_t known = 0) {
+    step(u, count, a, m, l, o, dvp, known_max, known, weights_in_place<T>{u});
   }
 
   // The weights of a whole row (decoding): returns its maximum and sets its sum.

@@ -38,6 +38,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -47,20 +48,32 @@
 
 namespace qkv::kernels {
 
-// 2^r for |r| ≤ ½, the minimax polynomial by Horner's rule.
-template <class Arch>
+// 2^r for |r| ≤ ½, a polynomial 1 + r·q(r) of least relative error (1 so
+// that 2^0 = 1 exactly) by Horner's rule. Degree 6 is the softmax's: 2·10⁻⁹.
+// Degree 3 (1.02·10⁻⁴, 2^−13.3, with its coefficients in float) serves
+// weights rounded to bf16 next (attention_prefill_bf16.hpp), whose own
+// rounding is up to 2⁻⁹: three fused multiply-adds fewer per vector.
+template <std::size_t Degree, class Arch>
 xsimd::batch<float, Arch> exp2_fraction(xsimd::batch<float, Arch> r) {
   using batch = xsimd::batch<float, Arch>;
-  batch p(1.53533595e-4f);
-  p = fmadd(p, r, batch(1.33988743e-3f));
-  p = fmadd(p, r, batch(9.61843737e-3f));
-  p = fmadd(p, r, batch(5.55033247e-2f));
-  p = fmadd(p, r, batch(2.40226479e-1f));
-  p = fmadd(p, r, batch(6.93147203e-1f));
+  static_assert(Degree == 6 || Degree == 3, "qkv: internal: no exponential of this degree");
+  batch p;
+  if constexpr (Degree == 6) {
+    p = batch(1.53533595e-4f);
+    p = fmadd(p, r, batch(1.33988743e-3f));
+    p = fmadd(p, r, batch(9.61843737e-3f));
+    p = fmadd(p, r, batch(5.55033247e-2f));
+    p = fmadd(p, r, batch(2.40226479e-1f));
+    p = fmadd(p, r, batch(6.93147203e-1f));
+  } else {
+    p = batch(5.50076030e-2f);
+    p = fmadd(p, r, batch(2.42210001e-1f));
+    p = fmadd(p, r, batch(6.93282962e-1f));
+  }
   return fmadd(p, r, batch(1.0f));
 }
 
-template <class Arch>
+template <std::size_t Degree = 6, class Arch>
 xsimd::batch<float, Arch> fast_exp2(xsimd::batch<float, Arch> x) {
   using batch = xsimd::batch<float, Arch>;
   using ints = xsimd::batch<std::int32_t, Arch>;
@@ -70,7 +83,7 @@ xsimd::batch<float, Arch> fast_exp2(xsimd::batch<float, Arch> x) {
     const batch v = xsimd::min(batch(128.0f), x);
     const batch n(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.5f), _CMP_NLT_UQ);  // x ≥ −126.5 or NaN
-    return _mm512_maskz_scalef_ps(kept, exp2_fraction(v - n), n);
+    return _mm512_maskz_scalef_ps(kept, exp2_fraction<Degree>(v - n), n);
   }
 #endif
   // max and min return their second operand when either one is NaN (x86's
@@ -79,16 +92,16 @@ xsimd::batch<float, Arch> fast_exp2(xsimd::batch<float, Arch> x) {
   // Adding 1.5·2²³ rounds to an integer and leaves it in the low mantissa bits.
   const batch shifter(12582912.0f);
   const batch t = x + shifter;
-  const batch p = exp2_fraction(x - (t - shifter));
+  const batch p = exp2_fraction<Degree>(x - (t - shifter));
   // The bits of 2^n are (n + 127)·2²³; n = −127 gives +0 and n = 128 gives ∞.
   const ints scale = (xsimd::bitwise_cast<ints>(t) << 23) + ints(127 << 23);
   return p * xsimd::bitwise_cast<batch>(scale);
 }
 
-template <class Arch, class T>
+template <std::size_t Degree = 6, class Arch, class T>
 xsimd::batch<T, Arch> softmax_exp(xsimd::batch<T, Arch> x) {
   if constexpr (std::is_same_v<T, float>) {
-    return fast_exp2(x * xsimd::batch<T, Arch>(1.44269504088896340736f));
+    return fast_exp2<Degree>(x * xsimd::batch<T, Arch>(1.44269504088896340736f));
   } else {
     return xsimd::exp(x);
   }
