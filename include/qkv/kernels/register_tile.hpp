@@ -13,6 +13,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 
 namespace qkv::kernels {
@@ -103,6 +104,21 @@ struct register_tile {
     }
   }
 
+  // One value of x as T. The bf16 kernel packs K's pairs through
+  // pack_transposed as 32-bit words typed float, so a value read here may be
+  // bytes of another type: memcpy reads them without breaking aliasing
+  // rules (the vector loads' intrinsics may alias anything).
+  template <class S>
+  static T value(const S* x) {
+    if constexpr (std::is_same_v<S, T>) {
+      T v;
+      std::memcpy(&v, x, sizeof v);
+      return v;
+    } else {
+      return static_cast<T>(*x);
+    }
+  }
+
   // Packs rows [j0, j0 + count) of a row-major matrix x (row stride ldx,
   // cols columns) as the B operand of x·something-transposed: panel by panel
   // of NR rows, each panel holding, for p < cols, the NR values x(j, p).
@@ -137,7 +153,7 @@ struct register_tile {
               for (std::size_t q = 0; q < W; ++q) out[(p + q) * NR + j] = converted[q];
             }
           }
-          for (; p < cols; ++p) out[p * NR + j] = static_cast<T>(row[static_cast<std::ptrdiff_t>(p) * cs]);
+          for (; p < cols; ++p) out[p * NR + j] = value(row + static_cast<std::ptrdiff_t>(p) * cs);
         } else {
           for (std::size_t p = p0; p < cols; ++p) out[p * NR + j] = T(0);
         }
