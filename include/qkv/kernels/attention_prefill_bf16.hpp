@@ -81,10 +81,9 @@ struct attention_prefill_bf16 {
   using Arch = typename Pairs::arch;
   using float_prefill = attention_prefill<Arch, float, no_extension, B>;
   using scores = typename float_prefill::scores;
-  // The weights are rounded to bf16 as they are made: an exponential of
-  // relative error 2^−13.3 (softmax_exp.hpp's degree 3) moves them far less
-  // than that rounding (2⁻⁹), and the same relative error in every weight
-  // cancels in o / l.
+  // The weights are rounded to bf16 as they are made, so an exponential of
+  // relative error 1.02·10⁻⁴ (softmax_exp.hpp's degree 3) moves them far less
+  // than that rounding (2⁻⁹); ref::attention_bound_bf16_pairs counts both.
   using softmax = online_softmax<Arch, float, 3>;
   static constexpr std::size_t W = float_prefill::W, MR = float_prefill::MR, NR = float_prefill::NR;
   static constexpr std::size_t BR = B.query_rows, BC = B.max_key_block;
