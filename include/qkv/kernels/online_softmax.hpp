@@ -23,6 +23,11 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace qkv::kernels {
 
@@ -53,7 +58,15 @@ struct online_softmax {
     return lane_max(vmax);
   }
 
+  // Once per row and key block: on AVX-512 a loop over the lanes took an
+  // eighth to a sixth of the softmax's time.
   static T lane_max(batch v) {
+#if defined(__AVX512F__)
+    if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
+      if constexpr (std::is_same_v<T, float>) return _mm512_reduce_max_ps(v);
+      else return _mm512_reduce_max_pd(v);
+    }
+#endif
     alignas(64) T lanes[W];
     v.store_aligned(lanes);
     T mx = lanes[0];

@@ -17,11 +17,12 @@
 // row maximum's weight). Below −126.5 the result flushes to 0 instead of
 // going subnormal; above 127.5 it is ∞.
 //
-// On AVX-512 the rounding to n is one vrndscaleps and the scaling one
-// vscalefps (with a mask for the flush): the same bits in seven fewer
-// operations, of which the exponent is the softmax's largest share. Only
-// above 127.5 does it differ: 2^x until x = 128 overflows, as the exact
-// value would. tests/softmax_exp_avx512_test.cpp checks it.
+// On AVX-512 (with DQ) the rounding to n is one vrndscaleps, r one
+// vreduceps beside it, and the scaling one vscalefps (with a mask for the
+// flush): the same bits in half the operations outside the polynomial, and
+// the exponent is the softmax's largest share. Only above 127.5 does it
+// differ: 2^x until x = 128 overflows, as the exact value would.
+// tests/softmax_exp_avx512_test.cpp checks it.
 //
 // softmax_exp(x) = e^x. For float it is fast_exp2(x·log2(e)). Rounding that
 // product, and log2(e) to a float, add a relative error of up to
@@ -42,7 +43,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__AVX512F__)
+#if defined(__AVX512DQ__)
 #include <immintrin.h>
 #endif
 
@@ -77,13 +78,16 @@ template <std::size_t Degree = 6, class Arch>
 xsimd::batch<float, Arch> fast_exp2(xsimd::batch<float, Arch> x) {
   using batch = xsimd::batch<float, Arch>;
   using ints = xsimd::batch<std::int32_t, Arch>;
-#if defined(__AVX512F__)
-  if constexpr (std::is_base_of_v<xsimd::avx512f, Arch>) {
-    // min keeps NaN as below; −∞ gives r = NaN, and the mask then 0.
-    const batch v = xsimd::min(batch(128.0f), x);
-    const batch n(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#if defined(__AVX512DQ__)
+  if constexpr (std::is_base_of_v<xsimd::avx512dq, Arch>) {
+    // n and r = x − n side by side, both from x: r is exact, and ±∞ give
+    // r = 0, so that 2^−∞ is scalef(1, −∞) = 0 and 2^∞ is ∞. No clamp:
+    // past 127.5 the scaling overflows as the exact value does.
+    constexpr int nearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const batch n(_mm512_roundscale_ps(x, nearest));
+    const batch r(_mm512_reduce_ps(x, nearest));
     const __mmask16 kept = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-126.5f), _CMP_NLT_UQ);  // x ≥ −126.5 or NaN
-    return _mm512_maskz_scalef_ps(kept, exp2_fraction<Degree>(v - n), n);
+    return _mm512_maskz_scalef_ps(kept, exp2_fraction<Degree>(r), n);
   }
 #endif
   // max and min return their second operand when either one is NaN (x86's
