@@ -133,9 +133,7 @@ struct attention_prefill {
         const T known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
         softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
       }
-      bool finite = true;
-      for (std::size_t j = j0; j < j0 + bc; ++j) finite = finite && not_finite[j] == T(0);
-      if (finite) weigh_values(s, br, first, keys, vp + j0 * NR, m, o, dvp);
+      if (none_set(not_finite + j0, bc)) weigh_values(s, br, first, keys, vp + j0 * NR, m, o, dvp);
       else weigh_values_skipping_zeros(s, br, first, keys, vp + j0 * NR, m, o, dvp);
     }
     for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
@@ -144,6 +142,17 @@ struct attention_prefill {
   }
 
  private:
+  // Whether all of flags[0, count) (each 0 or 1) are 0: a vector at a time,
+  // since it is asked once per key block.
+  static bool none_set(const T* flags, std::size_t count) {
+    batch any(T(0));
+    std::size_t j = 0;
+    for (; j + W <= count; j += W) any = xsimd::max(any, batch::load_unaligned(flags + j));
+    T tail = T(0);
+    for (; j < count; ++j) tail = flags[j] > tail ? flags[j] : tail;
+    return tail == T(0) && !xsimd::any(any != batch(T(0)));
+  }
+
   // o += weights · values on the register tile, in partial sums of at most
   // sum_chunk keys, as the matrix product sums (its error grows with the
   // length of each sequential sum). vp: the block's first packed value row;

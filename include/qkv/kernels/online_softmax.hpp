@@ -152,10 +152,17 @@ struct online_softmax {
     return mx;
   }
 
+  // out = o / l, a vector at a time (o and out may be the same).
   static void finish(const T* o, T l, T* out, std::size_t dv) {
     // A fully masked row (l = 0) gives zeros; NaN stays NaN.
-    const T inv = l == T(0) ? T(0) : T(1) / l;
-    for (std::size_t c = 0; c < dv; ++c) out[c] = l == T(0) ? T(0) : o[c] * inv;
+    if (l == T(0)) {
+      for (std::size_t c = 0; c < dv; ++c) out[c] = T(0);
+      return;
+    }
+    const T inv = T(1) / l;
+    std::size_t c = 0;
+    for (; c + W <= dv; c += W) (batch::load_unaligned(o + c) * batch(inv)).store_unaligned(out + c);
+    for (; c < dv; ++c) out[c] = o[c] * inv;
   }
 };
 
