@@ -148,9 +148,9 @@ struct attention_prefill {
     batch any(T(0));
     std::size_t j = 0;
     for (; j + W <= count; j += W) any = xsimd::max(any, batch::load_unaligned(flags + j));
-    T tail = T(0);
-    for (; j < count; ++j) tail = flags[j] > tail ? flags[j] : tail;
-    return tail == T(0) && !xsimd::any(any != batch(T(0)));
+    for (; j < count; ++j)
+      if (flags[j] != T(0)) return false;
+    return !xsimd::any(any != batch(T(0)));
   }
 
   // o += weights · values on the register tile, in partial sums of at most

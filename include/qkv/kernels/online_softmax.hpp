@@ -20,6 +20,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -156,7 +157,7 @@ struct online_softmax {
   static void finish(const T* o, T l, T* out, std::size_t dv) {
     // A fully masked row (l = 0) gives zeros; NaN stays NaN.
     if (l == T(0)) {
-      for (std::size_t c = 0; c < dv; ++c) out[c] = T(0);
+      std::fill_n(out, dv, T(0));
       return;
     }
     const T inv = T(1) / l;
