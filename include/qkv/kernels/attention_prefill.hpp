@@ -25,9 +25,11 @@
 #include "register_tile.hpp"
 #include "score_transform.hpp"
 #include "term_tile.hpp"
+#include "weights_tile.hpp"
 
 #include <xsimd/xsimd.hpp>
 
+#include <cmath>
 #include <cstddef>
 
 namespace qkv::kernels {
@@ -106,10 +108,17 @@ struct attention_prefill {
 
       // Scores of the block; rows past br read the last row again and are
       // ignored. Whole panels keep their rows' maxima (lane-wise, in maxima).
+      // A strip whose rows already have a maximum, and whose scores nothing
+      // changes, gets its weights from the tiles (weights_tile.hpp).
       for (std::size_t x = 0; x < BR * W; ++x) maxima[x] = softmax::neg_inf;
+      bool weighed[BR / MR];
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const T* rows[MR];
         for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
+        weighed[ir / MR] = weighs_in_tiles(p, i0, br, ir, j0 + first[ir / MR], keys[ir / MR] - first[ir / MR], row_m) &&
+                           weigh_strip(p, rows, kp, j0, ir, br, first[ir / MR], keys[ir / MR], s, maxima, row_m, row_l,
+                                       o, dvp);
+        if (weighed[ir / MR]) continue;
         for (std::size_t jr = first[ir / MR]; jr < keys[ir / MR]; jr += NR) {
           if constexpr (extension_traits<Ext, T>::has_term) {
             term_tile<Arch, T, Ext>::run(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
@@ -124,7 +133,7 @@ struct attention_prefill {
       // maxima of its whole panels spare the softmax a pass over them.
       for (std::size_t r = 0; r < br; ++r) {
         const std::size_t from = first[r / MR], count = keys[r / MR] - from;
-        if (count == 0) continue;
+        if (count == 0 || weighed[r / MR]) continue;
         T* u = s + r * BC + from;
         const T a = scores::apply(p, i0 + r, j0 + from, count, u, ext);
         const std::size_t full = count / NR * NR;  // whole panels: a causal cut past them masks only the tail
@@ -142,6 +151,50 @@ struct attention_prefill {
   }
 
  private:
+  using weights = weights_tile<Arch, T>;
+
+  // Whether the strip of rows [ir, ir + MR) can take the weights of keys
+  // [j, j + count) from the tiles: whole panels, scores that apply leaves
+  // as they are, and rows that have a maximum (not their first visible
+  // block) small enough that the scale stays folded into the exponent.
+  static bool weighs_in_tiles(const attention_problem<T>& p, std::size_t i0, std::size_t br, std::size_t ir,
+                              std::size_t j, std::size_t count, const T* row_m) {
+    if constexpr (extension_traits<Ext, T>::has_term) {
+      return false;
+    } else {
+      if (count == 0 || count % NR != 0) return false;
+      for (std::size_t r = ir; r < min(ir + MR, br); ++r)
+        if (!(std::abs(row_m[r]) <= softmax::fold_limit) || !scores::leaves(p, i0 + r, j, count)) return false;
+      return true;
+    }
+  }
+
+  // The strip's weights from the tiles, taken into its rows' m, l and o;
+  // false (its scores to compute again) where a row's maximum is not finite
+  // or grew past weights::stale_limit.
+  static bool weigh_strip(const attention_problem<T>& p, const T* const* rows, const T* kp, std::size_t j0,
+                          std::size_t ir, std::size_t br, std::size_t first, std::size_t keys, T* s, T* maxima,
+                          T* row_m, T* row_l, T* o, std::size_t dvp) {
+    const std::size_t dk = p.q.cols, last = min(ir + MR, br);
+    alignas(64) T sums[2 * MR * W] = {};
+    T minus_m[MR];
+    for (std::size_t r = 0; r < MR; ++r) minus_m[r] = -row_m[min(ir + r, br - 1)];
+    for (std::size_t jr = first; jr < keys; jr += NR)
+      weights::run(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, p.scale, minus_m, sums, maxima + ir * W);
+    T mx[MR];
+    for (std::size_t r = ir; r < last; ++r) {
+      mx[r - ir] = p.scale * softmax::lane_max(batch::load_aligned(maxima + r * W));
+      if (!(mx[r - ir] - row_m[r] <= weights::stale_limit) || !(std::abs(mx[r - ir]) <= softmax::fold_limit))
+        return false;
+    }
+    for (std::size_t r = ir; r < last; ++r) {
+      const T* sum = sums + 2 * (r - ir) * W;
+      softmax::adopt(s + r * BC + first, keys - first, xsimd::hadd(batch::load_aligned(sum) + batch::load_aligned(sum + W)),
+                     mx[r - ir], row_m[r], row_l[r], o + r * dvp, dvp);
+    }
+    return true;
+  }
+
   // Whether all of flags[0, count) (each 0 or 1) are 0: a vector at a time,
   // since it is asked once per key block.
   static bool none_set(const T* flags, std::size_t count) {

@@ -144,6 +144,24 @@ struct online_softmax {
     step(u, count, a, m, l, o, dvp, known_max, known, weights_in_place<T>{u});
   }
 
+  // A block's weights already taken against the row's m (weights_tile.hpp):
+  // `count` of them at u (a multiple of W), sum their sum, mx = a·(the
+  // largest score). Where mx ≤ m these are the bits step gives. Where it
+  // grew (by at most weights_tile's stale_limit), m becomes mx and the
+  // weights, l and o are scaled by e^(m − mx) as step scales l and o.
+  static void adopt(T* u, std::size_t count, T sum, T mx, T& m, T& l, T* o, std::size_t dvp) {
+    if (!(mx > m)) {
+      l += sum;
+      return;
+    }
+    const T correction = exp(batch(m - mx)).get(0);
+    const batch vc(correction);
+    for (std::size_t j = 0; j < count; j += W) (batch::load_aligned(u + j) * vc).store_aligned(u + j);
+    for (std::size_t c = 0; c < dvp; c += W) (batch::load_aligned(o + c) * vc).store_aligned(o + c);
+    l = (l + sum) * correction;
+    m = mx;
+  }
+
   // The weights of a whole row (decoding): returns its maximum and sets its sum.
   static T whole_row(T* u, std::size_t count, T a, T& l) {
     const std::size_t padded = round_up(count, W);

@@ -1,0 +1,94 @@
+// Scores whose row maximum grows from one key block to the next. After a
+// row's first key block the fused kernel exponentiates scores in the
+// register tile against the maximum it has so far; a later block's larger
+// scores then scale its weights down (growth up to 64), or send it back to
+// the pass that finds the maximum first (more, or not finite).
+// kernels/weights_tile.hpp says why.
+#include <catch2/catch.hpp>
+
+#include "reference.hpp"
+#include "support.hpp"
+
+#include <qkv/qkv.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+using namespace qkv;
+
+namespace {
+
+// Q and K whose scaled scores are growth·(j / 256) plus terms of size about
+// 1: each block of 256 keys adds `growth` to a row's maximum (dk = 16, so
+// the scale is exactly 1/4 and K(j, 0) = 4·growth·(j / 256) is exact).
+template <class T>
+struct growing {
+  matrix<T, dyn, dyn> Q, K, V;
+  growing(std::size_t n, std::size_t m, double growth, std::uint32_t seed) : Q(n, 16), K(m, 16), V(m, 8) {
+    ref::rng rng(seed);
+    rng.fill(Q, -0.5, 0.5);
+    rng.fill(K, -0.5, 0.5);
+    rng.fill(V);
+    for (std::size_t i = 0; i < n; ++i) Q(i, 0) = T(1);
+    for (std::size_t j = 0; j < m; ++j) K(j, 0) = static_cast<T>(4 * growth * static_cast<double>(j / 256));
+  }
+};
+
+template <class T>
+void check_growing(std::size_t n, std::size_t m, double growth, bool is_causal) {
+  if (test::emulation_skips(n, m, 16, 8)) return;
+  const growing<T> in(n, m, growth, static_cast<std::uint32_t>(n + m));
+  const auto q = ref::from(in.Q), k = ref::from(in.K), v = ref::from(in.V);
+  const ref::real rs = 0.25;
+  ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), rs);
+  if (is_causal) s = ref::causal(s);
+  const ref::mat p = ref::softmax(s);
+  const ref::mat want = ref::matmul(p, v), bound = ref::attention_bound<T>(q, k, v, rs, s, p);
+  INFO("n = " << n << ", m = " << m << ", growth " << growth << " per 256 keys" << (is_causal ? ", causal" : "")
+              << ", " << (sizeof(T) == 4 ? "float" : "double"));
+  const T root = qkv::sqrt(T(16));
+  const auto check = [&](const auto& e) {
+    CHECK(ref::worst_ratio(eval(e, naive), want, bound) <= 1);
+    CHECK(ref::worst_ratio(eval(e, fused), want, bound) <= 1);
+  };
+  if (is_causal) check(softmax(causal(in.Q * transpose(in.K) / root)) * in.V);
+  else check(softmax(in.Q * transpose(in.K) / root) * in.V);
+}
+
+}  // namespace
+
+TEST_CASE("a row maximum that grows from key block to key block, by less and more than weights may pass it",
+          "[attention][growth]") {
+  // 0.5 and 8: weights scaled down; 63: near the limit of 64; 70 and 500:
+  // past it (500 would overflow the weights), the scores again. −8: never
+  // grows after the first block. n = 70: a query block and a few rows;
+  // m = 4·256 + 64: whole panels in every block.
+  for (const double growth : {0.5, 8.0, 63.0, 70.0, 500.0, -8.0}) {
+    for (const bool is_causal : {false, true}) {
+      check_growing<float>(70, 4 * 256 + 64, growth, is_causal);
+      check_growing<double>(70, 4 * 256 + 64, growth, is_causal);
+    }
+  }
+  // A tail of keys and rows that fill no panel.
+  check_growing<float>(67, 3 * 256 + 5, 8.0, false);
+}
+
+TEST_CASE("+inf and NaN scores in a later key block give NaN rows, as in the first block", "[attention][growth][nonfinite]") {
+  const std::size_t n = 70, m = 4 * 256 + 64;
+  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    growing<float> in(n, m, 8.0, 5);
+    // Key 600 (the third block): +inf or NaN for odd rows; even rows give
+    // −inf (+inf·−1) and weigh it 0, or NaN.
+    for (std::size_t i = 0; i < n; ++i) in.Q(i, 1) = i % 2 ? 1.f : -1.f;
+    in.K(600, 1) = bad;
+    for (const auto& got : {eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, fused),
+                            eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, naive)}) {
+      for (std::size_t i = 0; i < n; ++i) {
+        INFO("bad = " << bad << ", row " << i);
+        const bool nan_row = i % 2 == 1 || std::isnan(bad);
+        for (std::size_t c = 0; c < 8; ++c) REQUIRE(std::isnan(got(i, c)) == nan_row);
+      }
+    }
+  }
+}
