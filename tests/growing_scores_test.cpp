@@ -92,3 +92,23 @@ TEST_CASE("+inf and NaN scores in a later key block give NaN rows, as in the fir
     }
   }
 }
+
+TEMPLATE_TEST_CASE("a block whose maximum does not grow: the bits of the pass over the scores", "[attention][growth]",
+                   float, double) {
+  // A mask that keeps every key sends every block through the pass that
+  // finds the maximum first; without it the tiles weigh the later blocks.
+  // With growth −8 no later block raises a row's maximum, so the two must
+  // agree bit for bit, outputs and log-sum-exps.
+  using T = TestType;
+  const std::size_t n = 70, m = 4 * 256 + 64;
+  if (test::emulation_skips(n, m, 16, 8)) return;
+  const growing<T> in(n, m, -8.0, 3);
+  matrix<bool, dyn, dyn> all(n, m);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < m; ++j) all(i, j) = true;
+  const T root = qkv::sqrt(T(16));
+  const auto [O, L] = eval_with_lse(softmax(in.Q * transpose(in.K) / root) * in.V);
+  const auto [Om, Lm] = eval_with_lse(softmax(masked(in.Q * transpose(in.K) / root, all)) * in.V);
+  CHECK(test::same_bits(O, Om));
+  CHECK(test::same_bits(L, Lm));
+}

@@ -13,8 +13,8 @@
 #pragma once
 
 #include "arch_traits.hpp"
+#include "online_softmax.hpp"
 #include "register_tile.hpp"
-#include "softmax_exp.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -26,7 +26,10 @@ template <class Arch, class T>
 struct weights_tile {
   using tile = register_tile<Arch, T>;
   using batch = typename tile::batch;
+  using softmax = online_softmax<Arch, T>;
   static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
+  // A tile row's two vectors are the pairs exponentiate sums: its bits.
+  static_assert(NR == 2 * W, "qkv: internal: the weights tile sums pairs of vectors");
 
   // How far past m a score may be and its weight still be taken: e^64 and
   // a block's sum of them are far from float's overflow.
@@ -47,8 +50,8 @@ struct weights_tile {
 #pragma GCC unroll 8
     for (std::size_t r = 0; r < MR; ++r) {
       const batch vm(minus_m[r]);
-      const batch e0 = softmax_exp(fmadd(va, lo[r], vm));
-      const batch e1 = softmax_exp(fmadd(va, hi[r], vm));
+      const batch e0 = softmax::exp(fmadd(va, lo[r], vm));
+      const batch e1 = softmax::exp(fmadd(va, hi[r], vm));
       T* cr = c + static_cast<std::ptrdiff_t>(r) * ldc;
       e0.store_aligned(cr);
       e1.store_aligned(cr + W);
