@@ -33,13 +33,14 @@
 // product, and log2(e) to a float, add a relative error of up to
 // 1.25·|x|·2⁻²⁴ to the weight e^x. Since e^x·|x| ≤ 1/e, that is below
 // 2⁻²⁴/2 of the row's largest weight (which is 1), under the rounding of the
-// float sum that follows. The weights tile (weights_tile.hpp) also feeds it
-// exponents up to 64 (a score past the row's maximum so far): there the
-// largest weights carry up to 80·2⁻²⁴, within about twice what rounding
-// their scores already costs (|a·u|·2⁻²⁴ and more), and then one rescaling. The weights that matter, with x near 0, keep the
-// 1 ulp. Folding log2(e) into the kernel's scale a would save the multiply,
-// but without FMA fl(a·u) − m then loses |a·u|·2⁻²⁴, not |x|·2⁻²⁴, and a·u
-// can be far larger than x (and a = 1 makes that product exact today).
+// float sum that follows. The weights that matter, with x near 0, keep the
+// 1 ulp. The weights tile (weights_tile.hpp) also feeds it exponents up to
+// 64 (a score past the row's maximum so far): there the largest weights
+// carry up to 80·2⁻²⁴, within about twice what rounding their scores
+// already costs (|a·u|·2⁻²⁴ and more), before one rescaling.
+// Folding log2(e) into the kernel's scale a would save the multiply, but
+// without FMA fl(a·u) − m then loses |a·u|·2⁻²⁴, not |x|·2⁻²⁴, and a·u can
+// be far larger than x (and a = 1 makes that product exact today).
 // Double uses xsimd::exp: beside a double's products it costs little.
 #pragma once
 

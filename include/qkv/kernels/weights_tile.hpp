@@ -2,9 +2,9 @@
 // row has seen a key block its running maximum m is known, and the next
 // blocks' weights e^(a·u − m) need no pass of their own over the scores:
 // the tile exponentiates its accumulators, stores weights instead of
-// scores, and sums them. The exponential's additions, comparisons and
-// permutes then run beside the next tile's products, on pipes those leave
-// idle, instead of after all of them.
+// scores, and sums them: no load or store of a score, and the
+// exponential's additions and permutes may run beside the next tile's
+// products on pipes those leave idle (docs/performance.md: what that gave).
 //
 // A weight may exceed 1 when a score passes m; online_softmax::adopt then
 // brings m up to the block's maximum and scales the weights down, and past
