@@ -19,33 +19,34 @@ using namespace qkv;
 
 namespace {
 
-// Q and K whose scaled scores are growth·(j / 256) plus terms of size about
-// 1: each block of 256 keys adds `growth` to a row's maximum (dk = 16, so
-// the scale is exactly 1/4 and K(j, 0) = 4·growth·(j / 256) is exact).
+// Q and K whose scaled scores are growth·(j / per) plus terms of size about
+// 1: each `per` keys (a block of 256 by default) add `growth` to a row's
+// maximum (dk = 16, so the scale is exactly 1/4 and K(j, 0) is exact).
 template <class T>
 struct growing {
   matrix<T, dyn, dyn> Q, K, V;
-  growing(std::size_t n, std::size_t m, double growth, std::uint32_t seed) : Q(n, 16), K(m, 16), V(m, 8) {
+  growing(std::size_t n, std::size_t m, double growth, std::uint32_t seed, std::size_t per = 256)
+      : Q(n, 16), K(m, 16), V(m, 8) {
     ref::rng rng(seed);
     rng.fill(Q, -0.5, 0.5);
     rng.fill(K, -0.5, 0.5);
     rng.fill(V);
     for (std::size_t i = 0; i < n; ++i) Q(i, 0) = T(1);
-    for (std::size_t j = 0; j < m; ++j) K(j, 0) = static_cast<T>(4 * growth * static_cast<double>(j / 256));
+    for (std::size_t j = 0; j < m; ++j) K(j, 0) = static_cast<T>(4 * growth * static_cast<double>(j / per));
   }
 };
 
 template <class T>
-void check_growing(std::size_t n, std::size_t m, double growth, bool is_causal) {
+void check_growing(std::size_t n, std::size_t m, double growth, bool is_causal, std::size_t per = 256) {
   if (test::emulation_skips(n, m, 16, 8)) return;
-  const growing<T> in(n, m, growth, static_cast<std::uint32_t>(n + m));
+  const growing<T> in(n, m, growth, static_cast<std::uint32_t>(n + m), per);
   const auto q = ref::from(in.Q), k = ref::from(in.K), v = ref::from(in.V);
   const ref::real rs = 0.25;
   ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), rs);
   if (is_causal) s = ref::causal(s);
   const ref::mat p = ref::softmax(s);
   const ref::mat want = ref::matmul(p, v), bound = ref::attention_bound<T>(q, k, v, rs, s, p);
-  INFO("n = " << n << ", m = " << m << ", growth " << growth << " per 256 keys" << (is_causal ? ", causal" : "")
+  INFO("n = " << n << ", m = " << m << ", growth " << growth << " per " << per << " keys" << (is_causal ? ", causal" : "")
               << ", " << (sizeof(T) == 4 ? "float" : "double"));
   const T root = qkv::sqrt(T(16));
   const auto check = [&](const auto& e) {
@@ -72,20 +73,31 @@ TEST_CASE("a row maximum that grows from key block to key block, by less and mor
   }
   // A tail of keys and rows that fill no panel.
   check_growing<float>(67, 3 * 256 + 5, 8.0, false);
+  // Growth within each block rather than from one to the next: 6 per 32
+  // keys is 48 per block (weights scaled down), 70 per 32 is past the limit
+  // in every block (scores again).
+  for (const double growth : {6.0, 70.0}) {
+    for (const bool is_causal : {false, true}) {
+      check_growing<float>(70, 256, growth, is_causal, 32);
+      check_growing<double>(70, 2 * 256 + 64, growth, is_causal, 32);
+    }
+  }
 }
 
-TEST_CASE("+inf and NaN scores in a later key block give NaN rows, as in the first block", "[attention][growth][nonfinite]") {
+TEST_CASE("+inf and NaN scores in the first or a later key block give NaN rows", "[attention][growth][nonfinite]") {
   const std::size_t n = 70, m = 4 * 256 + 64;
+  for (const std::size_t key : {std::size_t{600}, std::size_t{40}})
   for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     growing<float> in(n, m, 8.0, 5);
-    // Key 600 (the third block): +inf or NaN for odd rows; even rows give
-    // −inf (+inf·−1) and weigh it 0, or NaN.
+    // Key 600 (the third block) and key 40 (the first block's second panel):
+    // +inf or NaN for odd rows; even rows give −inf (+inf·−1) and weigh
+    // it 0, or NaN.
     for (std::size_t i = 0; i < n; ++i) in.Q(i, 1) = i % 2 ? 1.f : -1.f;
-    in.K(600, 1) = bad;
+    in.K(key, 1) = bad;
     for (const auto& got : {eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, fused),
                             eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, naive)}) {
       for (std::size_t i = 0; i < n; ++i) {
-        INFO("bad = " << bad << ", row " << i);
+        INFO("bad = " << bad << " at key " << key << ", row " << i);
         const bool nan_row = i % 2 == 1 || std::isnan(bad);
         for (std::size_t c = 0; c < 8; ++c) REQUIRE(std::isnan(got(i, c)) == nan_row);
       }
@@ -96,9 +108,10 @@ TEST_CASE("+inf and NaN scores in a later key block give NaN rows, as in the fir
 TEMPLATE_TEST_CASE("a block whose maximum does not grow: the bits of the pass over the scores", "[attention][growth]",
                    float, double) {
   // A mask that keeps every key sends every block through the pass that
-  // finds the maximum first; without it the tiles weigh the later blocks.
-  // With growth −8 no later block raises a row's maximum, so the two must
-  // agree bit for bit, outputs and log-sum-exps.
+  // finds the maximum first; without it the tiles weigh the blocks after a
+  // row's first, or all of them with a sink. With growth −8 no later block
+  // raises a row's maximum, and a sink of 4 is above every score (they stay
+  // below 1), so the two must agree bit for bit, outputs and log-sum-exps.
   using T = TestType;
   const std::size_t n = 70, m = 4 * 256 + 64;
   if (test::emulation_skips(n, m, 16, 8)) return;
@@ -107,8 +120,15 @@ TEMPLATE_TEST_CASE("a block whose maximum does not grow: the bits of the pass ov
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < m; ++j) all(i, j) = true;
   const T root = qkv::sqrt(T(16));
-  const auto [O, L] = eval_with_lse(softmax(in.Q * transpose(in.K) / root) * in.V);
-  const auto [Om, Lm] = eval_with_lse(softmax(masked(in.Q * transpose(in.K) / root, all)) * in.V);
+  {
+    const auto [O, L] = eval_with_lse(softmax(in.Q * transpose(in.K) / root) * in.V);
+    const auto [Om, Lm] = eval_with_lse(softmax(masked(in.Q * transpose(in.K) / root, all)) * in.V);
+    CHECK(test::same_bits(O, Om));
+    CHECK(test::same_bits(L, Lm));
+  }
+  const T sink(4);
+  const auto [O, L] = eval_with_lse(softmax(in.Q * transpose(in.K) / root, sink) * in.V);
+  const auto [Om, Lm] = eval_with_lse(softmax(masked(in.Q * transpose(in.K) / root, all), sink) * in.V);
   CHECK(test::same_bits(O, Om));
   CHECK(test::same_bits(L, Lm));
 }
