@@ -74,8 +74,10 @@ TEST_CASE("a row maximum that grows from key block to key block, by less and mor
   // A tail of keys and rows that fill no panel.
   check_growing<float>(67, 3 * 256 + 5, 8.0, false);
   // Growth within each block rather than from one to the next: 6 per 32
-  // keys is 48 per block (weights scaled down), 70 per 32 is past the limit
-  // in every block (scores again).
+  // keys is 48 per block, 70 per 32 is 560. With 256 keys (float) a row's
+  // one block goes through the pass over the scores; the double rows'
+  // later blocks go through the tiles, whose weights are then scaled down
+  // (48) or their scores computed again (560, past weights_tile's limit).
   for (const double growth : {6.0, 70.0}) {
     for (const bool is_causal : {false, true}) {
       check_growing<float>(70, 256, growth, is_causal, 32);
@@ -86,20 +88,21 @@ TEST_CASE("a row maximum that grows from key block to key block, by less and mor
 
 TEST_CASE("+inf and NaN scores in the first or a later key block give NaN rows", "[attention][growth][nonfinite]") {
   const std::size_t n = 70, m = 4 * 256 + 64;
-  for (const std::size_t key : {std::size_t{600}, std::size_t{40}})
-  for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
-    growing<float> in(n, m, 8.0, 5);
-    // Key 600 (the third block) and key 40 (the first block's second panel):
-    // +inf or NaN for odd rows; even rows give −inf (+inf·−1) and weigh
-    // it 0, or NaN.
-    for (std::size_t i = 0; i < n; ++i) in.Q(i, 1) = i % 2 ? 1.f : -1.f;
-    in.K(key, 1) = bad;
-    for (const auto& got : {eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, fused),
-                            eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, naive)}) {
-      for (std::size_t i = 0; i < n; ++i) {
-        INFO("bad = " << bad << " at key " << key << ", row " << i);
-        const bool nan_row = i % 2 == 1 || std::isnan(bad);
-        for (std::size_t c = 0; c < 8; ++c) REQUIRE(std::isnan(got(i, c)) == nan_row);
+  for (const std::size_t key : {std::size_t{600}, std::size_t{40}}) {
+    for (const float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+      growing<float> in(n, m, 8.0, 5);
+      // Key 600 (the third block: the tiles) and key 40 (the first block:
+      // the pass over the scores): +inf or NaN for odd rows; even rows give
+      // −inf (+inf·−1) and weigh it 0, or NaN.
+      for (std::size_t i = 0; i < n; ++i) in.Q(i, 1) = i % 2 ? 1.f : -1.f;
+      in.K(key, 1) = bad;
+      for (const auto& got : {eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, fused),
+                              eval(softmax(in.Q * transpose(in.K) / qkv::sqrt(16.f)) * in.V, naive)}) {
+        for (std::size_t i = 0; i < n; ++i) {
+          INFO("bad = " << bad << " at key " << key << ", row " << i);
+          const bool nan_row = i % 2 == 1 || std::isnan(bad);
+          for (std::size_t c = 0; c < 8; ++c) REQUIRE(std::isnan(got(i, c)) == nan_row);
+        }
       }
     }
   }
