@@ -1,10 +1,9 @@
-// Catch2's main for the tests compiled again for AVX2 and FMA (the fused
+// The main of the tests compiled again for AVX2 and FMA (the fused
 // backward with the user's functors, whose kernels are instantiated in the
 // user's unit for the set it is compiled for), compiled without them. CTest
 // runs the program through if_cpu.cpp, which skips it on a CPU without the
 // set before any of its code runs.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_session.hpp"
 
 #include <cstdio>
 
@@ -13,5 +12,5 @@ int main(int argc, char* argv[]) {
     std::printf("skipped: this CPU has no AVX2 and FMA\n");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return test::run_catch(argc, argv);
 }

@@ -1,10 +1,9 @@
-// Catch2's main for the AVX-512 exponential's tests
+// The main of the AVX-512 exponential's tests
 // (softmax_exp_avx512_test.cpp), compiled without AVX-512. CTest runs the
 // program through if_cpu.cpp, which skips it on a CPU without the set
 // before any of its code runs; the check here is for a run by hand (which a
 // sanitizers' build may still end in SIGILL, before main).
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_session.hpp"
 
 #include <cstdio>
 
@@ -13,5 +12,5 @@ int main(int argc, char* argv[]) {
     std::printf("skipped: this CPU has no AVX-512\n");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return test::run_catch(argc, argv);
 }

@@ -1,11 +1,10 @@
-// Catch2's main, compiled once. When QKV_ARCH names an instruction set this
-// CPU or build lacks, the run is skipped (exit code 77), not failed. A
-// QKV_ARCH that is no name at all runs: evaluations must then throw (the
-// [arch_env] test checks they do). With QKV_TESTS_SKIP_IF_BEST set, a
-// QKV_ARCH that names the set the CPU would pick anyway is skipped too: the
-// unforced run of the suite has already run those kernels.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+// The suite's main. When QKV_ARCH names an instruction set this CPU or
+// build lacks, the run is skipped (exit code 77), not failed. A QKV_ARCH
+// that is no name at all runs: evaluations must then throw (the [arch_env]
+// test checks they do). With QKV_TESTS_SKIP_IF_BEST set, a QKV_ARCH that
+// names the set the CPU would pick anyway is skipped too: the unforced run
+// of the suite has already run those kernels.
+#include "catch_session.hpp"
 
 #include <qkv/kernels/arch_list.hpp>
 
@@ -28,5 +27,5 @@ int main(int argc, char* argv[]) {
       return 77;
     }
   }
-  return Catch::Session().run(argc, argv);
+  return test::run_catch(argc, argv);
 }

@@ -6,7 +6,6 @@
 // does not divide, a rank with no rows, grouped-query tensors, decoding from a
 // sharded cache, the same bits on a second run, and the error every rank
 // throws when one passes another form.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include "part_forms.hpp"
@@ -327,18 +326,4 @@ TEST_CASE("ranks that pass different forms all get one qkv: error", "[mpi]") {
     INFO(e.what());
     CHECK(std::string(e.what()).rfind("qkv: mpi::eval(e, comm): the ranks passed different forms: columns of Q (dk) is 16 on rank 0 but 8 on rank 1", 0) == 0);
   }
-}
-
-int main(int argc, char* argv[]) {
-  MPI_Init(&argc, &argv);
-  const int r = rank_of();
-  Catch::Session session;
-  if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  // Only rank 0 prints passing runs; every rank prints its failures.
-  const int failed = session.run();
-  int any = 0;
-  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (r == 0 && any == 0) std::printf("every rank passed\n");
-  MPI_Finalize();
-  return failed != 0 ? 1 : 0;
 }
