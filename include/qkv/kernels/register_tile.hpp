@@ -134,9 +134,11 @@ struct register_tile {
         for (; cs == 1 && p0 + W <= cols; p0 += W)
           for (std::size_t h = 0; h < NR; h += W) {
             batch r[W];
+#pragma GCC unroll 16
             for (std::size_t i = 0; i < W; ++i)
               r[i] = h + i < nr ? load(x + static_cast<std::ptrdiff_t>(jp + h + i) * ldx + p0) : batch(T(0));
             transpose_square<Arch, T>(r);
+#pragma GCC unroll 16
             for (std::size_t q = 0; q < W; ++q) r[q].store_unaligned(out + (p0 + q) * NR + h);
           }
       }
