@@ -23,11 +23,11 @@ constexpr std::size_t flops(std::size_t n, std::size_t m, std::size_t dk, std::s
 }
 
 // Fused, by hand, from the kernel's block sizes: K and V packed (m·(dk + dv)
-// floats) with a flag per value row, a BR×256 score block, a BR×dv output
+// floats) with a flag per value row, a BR×512 score block, a BR×dv output
 // block and 2·BR row statistics, each buffer rounded up to 64 bytes.
 constexpr std::size_t round16(std::size_t x) { return (x + 15) / 16 * 16; }
 constexpr std::size_t fused_floats(std::size_t br, std::size_t m, std::size_t dk, std::size_t dv) {
-  return round16(m * dk) + round16(m * dv) + round16(m) + round16(br * 256) + round16(br * dv) + 2 * round16(br);
+  return round16(m * dk) + round16(m * dv) + round16(m) + round16(br * 512) + round16(br * dv) + 2 * round16(br);
 }
 
 }  // namespace

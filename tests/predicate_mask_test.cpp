@@ -33,7 +33,7 @@ struct empty_rows_t {  // rows 2, 6, 10, ... see nothing; the others every third
   bool operator()(std::size_t i, std::size_t j) const { return i % 4 != 2 && j % 3 == 0; }
 };
 
-struct odd_key_blocks_t {  // keys 0–255, 512–767, ... are masked for every query
+struct odd_key_blocks_t {  // keys 256–511, 768–1023, ... are masked for every query: skipped whole
   bool operator()(std::size_t, std::size_t j) const { return (j / 256) % 2 == 1; }
 };
 
@@ -113,8 +113,8 @@ TEST_CASE("predicate masks equal the materialised mask and the reference", "[ext
   check_predicate<double>("block-sparse", n, m, d, dv, block_sparse_t{}, 6);
   check_predicate<float>("rows masked whole", n, m, d, dv, empty_rows_t{}, 7);
   check_predicate<double>("rows masked whole", n, m, d, dv, empty_rows_t{}, 8);
-  check_predicate<float>("key blocks of 256 emptied", n, m, d, dv, odd_key_blocks_t{}, 9);
-  check_predicate<double>("key blocks of 256 emptied", n, m, d, dv, odd_key_blocks_t{}, 10);
+  check_predicate<float>("stretches of 256 keys emptied", n, m, d, dv, odd_key_blocks_t{}, 9);
+  check_predicate<double>("stretches of 256 keys emptied", n, m, d, dv, odd_key_blocks_t{}, 10);
 }
 
 TEST_CASE("a predicate that masks everything gives zeros and a lambda predicate works", "[extension][mask]") {

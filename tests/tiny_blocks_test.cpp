@@ -1,8 +1,10 @@
 // The attention kernel with block sizes far below the library's (a
-// `blocking` is a template argument): 4 queries a block, 8 keys a block,
-// partial sums of 8 keys, decoding up to 2 queries in parts of 16 keys. Every
-// tail, skipped block, rescaling and decode merge then shows on inputs of a
-// few dozen rows, checked against the long-double reference.
+// `blocking` is a template argument): one register tile of queries a block,
+// two panels of the tile's keys a block (16 keys with 4 lanes), of which one
+// a mask hides whole at either end is skipped, partial sums of 8 keys,
+// decoding up to 2 queries in parts of 16 keys. Every tail, skipped block,
+// rescaling and decode merge then shows on inputs of a few dozen rows,
+// checked against the long-double reference.
 #include <catch2/catch.hpp>
 
 #include "support.hpp"
@@ -24,7 +26,8 @@ template <class T>
 constexpr blocking tiny() {
   blocking b = qkv::kernels::blocking_of<arch, T>();
   b.query_rows = b.tile_rows;
-  b.max_key_block = b.tile_cols();
+  b.max_key_block = 2 * b.tile_cols();  // two panels a block, of which a masked one at either end is skipped
+  b.mask_stretch = b.tile_cols();
   b.l2_elements = 1 << 20;
   b.sum_chunk = 8;
   b.decode_rows = 2;

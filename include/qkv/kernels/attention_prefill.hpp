@@ -90,15 +90,16 @@ struct attention_prefill {
     const std::size_t j_end = scores::key_end(p, i0 + br - 1);
     const std::size_t j_begin = scores::key_begin(p, i0) / NR * NR;
 
-    for (std::size_t j0 = j_begin; j0 < j_end; j0 += kb) {
-      const std::size_t bc = min(kb, j_end - j0);
-      if (!scores::keeps_any(p, ext, i0, br, j0, bc)) continue;
+    for (std::size_t jb = j_begin; jb < j_end; jb += kb) {
+      const auto [j0, j1] = scores::kept_keys(p, ext, i0, br, jb, min(kb, j_end - jb), B.mask_stretch);
+      if (j0 == j1) continue;
+      const std::size_t bc = j1 - j0;
       // Keys [first, keys) of the block each strip of MR rows sees: on the
       // causal diagonal fewer than bc, none for strips above it, and from a
       // panel boundary for a window's later strips. Outside them nothing is
       // computed, weighed or summed (rows of a strip that see fewer keys
       // are masked by apply, as anywhere else).
-      std::size_t keys[BR / MR], first[BR / MR];
+      std::size_t keys[BR / MR] = {}, first[BR / MR] = {};
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
         const std::size_t begin = scores::key_begin(p, i0 + ir);

@@ -171,10 +171,11 @@ struct attention_prefill_bf16 {
     const std::size_t j_end = scores::key_end(p, i0 + br - 1);
     const std::size_t j_begin = scores::key_begin(p, i0) / NR * NR;  // as in attention_prefill
 
-    for (std::size_t j0 = j_begin; j0 < j_end; j0 += kb) {
-      const std::size_t bc = min(kb, j_end - j0);
-      if (!scores::keeps_any(p, no_extension{}, i0, br, j0, bc)) continue;
-      std::size_t keys[BR / MR], first[BR / MR];  // as in attention_prefill: the keys each strip sees
+    for (std::size_t jb = j_begin; jb < j_end; jb += kb) {
+      const auto [j0, j1] = scores::kept_keys(p, no_extension{}, i0, br, jb, min(kb, j_end - jb), B.mask_stretch);
+      if (j0 == j1) continue;
+      const std::size_t bc = j1 - j0;
+      std::size_t keys[BR / MR] = {}, first[BR / MR] = {};  // as in attention_prefill: the keys each strip sees
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
         const std::size_t begin = scores::key_begin(p, i0 + ir);

@@ -17,6 +17,7 @@ struct blocking {
   std::size_t tile_rows;      // MR, rows of the register tile
   std::size_t query_rows;     // BR, queries in a block: a multiple of MR
   std::size_t max_key_block;  // BC, keys in a block at most (a multiple of 2W)
+  std::size_t mask_stretch;   // where a mask may empty keys, a block's empty stretches of this many at its ends are skipped
   std::size_t l2_elements;    // what the packed K and V panels of a key block may take
   std::size_t sum_chunk;      // keys in one partial sum of weights · values
   std::size_t decode_rows;    // up to this many queries, the decoding path
@@ -27,7 +28,8 @@ struct blocking {
 
   // The keys of a block for heads of dk and dv: the most (up to
   // max_key_block, a multiple of NR) whose packed K and V panels fit the L2
-  // share. A BR × BC block of scores stays in L2 beside them.
+  // share. A BR × BC block of scores stays in L2 beside them. (Larger
+  // blocks pay the online softmax's work per row and block less often.)
   constexpr std::size_t key_block(std::size_t dk, std::size_t dv) const {
     const std::size_t nr = tile_cols();
     const std::size_t fit = l2_elements / (dk + dv == 0 ? 1 : dk + dv) / nr * nr;
@@ -37,7 +39,8 @@ struct blocking {
   // Whether the kernel's loops can work with these sizes.
   constexpr bool valid() const {
     return lanes > 0 && tile_rows > 0 && query_rows % tile_rows == 0 && max_key_block % tile_cols() == 0 &&
-           max_key_block > 0 && sum_chunk > 0 && decode_split % sum_chunk == 0 && decode_split % 8 == 0;
+           max_key_block > 0 && mask_stretch % tile_cols() == 0 && mask_stretch > 0 && sum_chunk > 0 &&
+           decode_split % sum_chunk == 0 && decode_split % 8 == 0;
   }
 
   static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
@@ -105,7 +108,8 @@ constexpr blocking blocking_of() {
           .lanes = Arch::alignment() / sizeof(T),
           .tile_rows = mr,
           .query_rows = (64 + mr - 1) / mr * mr,
-          .max_key_block = 256,
+          .max_key_block = 512,
+          .mask_stretch = 128,
           .l2_elements = 262144 / sizeof(T),
           .sum_chunk = 128,
           .decode_rows = 4,

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <utility>
 
 namespace qkv::kernels {
 
@@ -134,6 +135,28 @@ struct score_transform {
       if (!predicate_keeps_any(ext, i0, rows, j0, cols, p.batch, p.head)) return false;
     }
     return true;
+  }
+
+  // The keys of block [j0, j0 + count) worth computing for rows [i0, i0 +
+  // rows): [from, to), empty where none is visible. Where a mask or a
+  // predicate may hide keys, stretches of `stretch` keys (from j0 on) that
+  // it hides whole are left out at either end of the block, so that a
+  // large block skips about as much as small ones would.
+  static std::pair<std::size_t, std::size_t> kept_keys(const attention_problem<T>& p, const Ext& ext, std::size_t i0,
+                                                       std::size_t rows, std::size_t j0, std::size_t count,
+                                                       std::size_t stretch) {
+    std::size_t from = j0, to = j0 + count;
+    if (p.mask.data == nullptr && !traits::keeps) {
+      if (!keeps_any(p, ext, i0, rows, j0, count)) from = to;
+      return {from, to};
+    }
+    while (from < to && !keeps_any(p, ext, i0, rows, from, to - from < stretch ? to - from : stretch)) from += stretch;
+    if (from >= to) return {to, to};
+    for (std::size_t last = from + (to - from - 1) / stretch * stretch; last > from; last -= stretch) {
+      if (keeps_any(p, ext, i0, rows, last, to - last)) break;
+      to = last;
+    }
+    return {from, to};
   }
 
   static bool mask_keeps_any(const attention_problem<T>& p, std::size_t i0, std::size_t rows, std::size_t j0,
