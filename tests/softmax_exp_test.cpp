@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -114,15 +115,18 @@ TEST_CASE("fast_exp2 is within 1 ulp for floats", "[softmax][exp]") {
 // e^x = 2^(x·log2 e): the product's rounding (|x|·2⁻²⁴ of e^x) and
 // log2(e)'s as a float (0.23·|x|·2⁻²⁴) add to exp2's 1 ulp (1.5 without
 // FMA); an ulp is at least 2⁻²⁴ of a value, so 1.25·|x| ulp bound them.
+// AVX-512's form never rounds the product: 0.25·|x| there (19.8 ulp at
+// x = −86.6 at worst on every 61st float of [−87, 0]).
 TEST_CASE("softmax_exp for floats is e^x to what a weight needs", "[softmax][exp]") {
   const double bound = qkv::kernels::arch_traits<xsimd::default_arch>::has_fma ? 1.0 : 1.5;
+  const double per_x = std::is_base_of_v<xsimd::avx512dq, xsimd::default_arch> ? 0.25 : 1.25;
   const std::vector<float> x = sweep(-0.0f, -87.0f, test::emulated() ? 4093 : 509);
   const std::vector<float> got = exp_of(x);
   double worst = 0;
   float at = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const long double exact = std::exp(static_cast<long double>(x[i]));
-    const double allowed = bound + 1.25 * std::abs(x[i]);
+    const double allowed = bound + per_x * std::abs(x[i]);
     const double e = ulps(got[i], exact) / allowed;
     if (e > worst) worst = e, at = x[i];
   }
