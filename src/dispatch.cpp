@@ -68,11 +68,20 @@ const kernel_table* find(std::string_view name, std::string_view source) {
 
 std::atomic<const kernel_table*> chosen{nullptr};
 
+// QKV_BF16_PAIRS's value: "1", "0", or unset (or empty) for the measured choice.
+std::string_view pairs_setting() {
+  const char* v = std::getenv("QKV_BF16_PAIRS");
+  return v == nullptr ? std::string_view() : std::string_view(v);
+}
+
 // Until set_arch succeeds, each call reads QKV_ARCH again, so a bad value
 // fails every evaluation that needs the kernels, not only the first.
 const kernel_table& active() {
   const kernel_table* t = chosen.load(std::memory_order_acquire);
   if (t == nullptr) {
+    const std::string_view pairs = pairs_setting();
+    if (!pairs.empty() && pairs != "0" && pairs != "1")
+      throw std::invalid_argument("qkv: QKV_BF16_PAIRS: '" + std::string(pairs) + "' is not 0 or 1");
     const char* forced = std::getenv("QKV_ARCH");
     t = find(forced == nullptr ? "" : forced, "QKV_ARCH");
     chosen.store(t, std::memory_order_release);
@@ -81,6 +90,11 @@ const kernel_table& active() {
 }
 
 }  // namespace
+
+int bf16_pairs_forced() {
+  const std::string_view pairs = pairs_setting();
+  return pairs == "1" ? 1 : (pairs == "0" ? 0 : -1);
+}
 
 template <class T>
 const kernel_set<T>& active_kernels() {
@@ -159,6 +173,14 @@ std::size_t active_arch_index() noexcept {
     return active().arch;
   } catch (...) {
     return arch_count;
+  }
+}
+
+bool bf16_pairs_active() noexcept {
+  try {
+    return active().bf16_pairs;
+  } catch (...) {
+    return false;
   }
 }
 

@@ -67,15 +67,21 @@ struct kernel_table {
   // 2-byte matrices read into float (kernels/widen.hpp).
   void (*widen_bf16)(strided<const bf16> src, strided<float> dst);
   void (*widen_f16)(strided<const f16> src, strided<float> dst);
+  bool bf16_pairs = false;  // whether f32_bf16's prefill multiplies bf16 pairs (vdpbf16ps)
 };
+
+// QKV_BF16_PAIRS: 1 or 0 where it forces the bf16 pair kernel on or off
+// (avx512bf16 only), −1 where it is unset or empty; dispatch.cpp throws
+// std::invalid_argument for any other value before a table is made.
+int bf16_pairs_forced();
 
 // The kernels of instruction set Isa of arch_list (one whose Isa::built
 // holds): defined in make_kernel_table.hpp, instantiated by
 // src/arch_<Isa::name>.cpp alone, with that set's flags.
 template <class Isa>
 const kernel_table& kernels_of() noexcept;
-// avx512bf16's: avx512bw's, with the bf16 attention on pairs
-// (src/arch_avx512bf16.cpp).
+// avx512bf16's: avx512bw's, with the bf16 attention on pairs where they
+// pay (src/arch_avx512bf16.cpp).
 template <>
 const kernel_table& kernels_of<isa_avx512bf16>() noexcept;
 

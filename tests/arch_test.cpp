@@ -136,3 +136,23 @@ TEST_CASE("a bad QKV_ARCH is invalid_argument from each evaluation until set_arc
   CHECK(std::string(active_arch()) != "none");
   CHECK(attends_right(attend(fused)));
 }
+
+// The bf16 pair kernel runs only where AVX512-BF16 does, and QKV_BF16_PAIRS
+// (forced_bf16_pairs sets it to 1) decides over the measured choice.
+TEST_CASE("bf16 pairs run only on avx512bf16, as QKV_BF16_PAIRS says", "[arch][half]") {
+  if (kernels::bf16_pairs_active()) CHECK(std::string(active_arch()) == "avx512bf16");
+  const char* env = std::getenv("QKV_BF16_PAIRS");
+  if (env != nullptr && std::string(active_arch()) == "avx512bf16") CHECK(kernels::bf16_pairs_active() == (std::string(env) == "1"));
+}
+
+// Registered with ctest as pairs_env_bad_value, with QKV_BF16_PAIRS=yes:
+// each evaluation that needs the kernels throws, as for a bad QKV_ARCH.
+TEST_CASE("a QKV_BF16_PAIRS other than 0 or 1 is invalid_argument", "[.][pairs_env]") {
+  const char* env = std::getenv("QKV_BF16_PAIRS");
+  INFO("run with QKV_BF16_PAIRS set to a value that is not 0 or 1 (ctest does)");
+  REQUIRE(env != nullptr);
+  CHECK(std::string(active_arch()) == "none");
+  CHECK_FALSE(kernels::bf16_pairs_active());
+  CHECK_THROWS_AS(attend(fused), std::invalid_argument);
+  CHECK_THROWS_WITH(attend(fused), Catch::Contains("QKV_BF16_PAIRS") && Catch::Contains(env));
+}

@@ -68,7 +68,7 @@ void check_against_reference(const matrix<float, dyn, dyn>& wide, const matrix<T
 // Whether the fused attention of n queries on all-T inputs runs on bf16 pairs.
 template <class T>
 bool pair_products(std::size_t n) {
-  return std::is_same_v<T, bf16> && std::string_view(kernels::active_arch()) == "avx512bf16" &&
+  return std::is_same_v<T, bf16> && kernels::bf16_pairs_active() &&
          !kernels::active_blocking(sizeof(float)).decodes(n);
 }
 

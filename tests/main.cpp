@@ -3,13 +3,15 @@
 // that is no name at all runs: evaluations must then throw (the [arch_env]
 // test checks they do). With QKV_TESTS_SKIP_IF_BEST set, a QKV_ARCH that
 // names the set the CPU would pick anyway is skipped too: the unforced run
-// of the suite has already run those kernels.
+// of the suite has already run those kernels. QKV_BF16_PAIRS=1 without
+// AVX512-BF16 is skipped too.
 #include "catch_session.hpp"
 
 #include <qkv/kernels/arch_list.hpp>
 
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 int main(int argc, char* argv[]) {
   const char* forced = std::getenv("QKV_ARCH");
@@ -26,6 +28,13 @@ int main(int argc, char* argv[]) {
       std::printf("skipped: QKV_ARCH=%s is what this CPU runs unforced\n", forced);
       return 77;
     }
+  }
+  // QKV_BF16_PAIRS=1 (forced_bf16_pairs) needs AVX512-BF16.
+  const char* pairs = std::getenv("QKV_BF16_PAIRS");
+  if (pairs != nullptr && std::string_view(pairs) == "1" &&
+      !qkv::kernels::arch_runs_here(qkv::kernels::arch_index("avx512bf16"))) {
+    std::printf("skipped: QKV_BF16_PAIRS=1 without AVX512-BF16\n");
+    return 77;
   }
   return test::run_catch(argc, argv);
 }

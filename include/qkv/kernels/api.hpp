@@ -108,4 +108,11 @@ const char* active_arch() noexcept;
 // Its index in arch_list (arch_list.hpp); arch_count for "none".
 std::size_t active_arch_index() noexcept;
 
+// Whether attention on bf16 inputs with more queries than decoding takes
+// multiplies bf16 pairs (vdpbf16ps; "avx512bf16" where the CPU issues them
+// at least at two thirds of its FMA rate, or as QKV_BF16_PAIRS=1 or 0, read
+// at first use, says) rather than converting K and V to float; false for
+// "none".
+bool bf16_pairs_active() noexcept;
+
 }  // namespace qkv::kernels
