@@ -16,12 +16,13 @@
 namespace qkv::kernels {
 namespace {
 
-// One vdpbf16ps does twice the products of one vfmadd231ps. Zen 4 and 5
-// issue both at the same rate, so pairs double the products' speed; the
-// Intel Xeons with AVX512-BF16 measured here issue vdpbf16ps once every two
-// cycles, a quarter of the FMA rate (0.47 against 1.92 a cycle), where the
-// pair kernel ran at 0.55x the float kernel's speed and bf16 K and V
-// converted while packing (as f16's are) at the float speed. So the pair
+// One vdpbf16ps does twice the products of one vfmadd231ps. On Zen 5 the
+// pair kernel ran 1.7-1.9x the float kernel's speed (docs/performance.md),
+// so pairs pay there. An Intel Xeon of family 6 model 207 issues vdpbf16ps
+// once every two cycles, a quarter of its FMA rate (0.47 against 1.92 a
+// cycle): there the pair kernel ran at 0.55x the float kernel's speed, and
+// bf16 K and V converted while packing (as f16's are) at the float speed.
+// So the pair
 // kernel is taken where vdpbf16ps runs at least two thirds of the FMA rate:
 // 12 independent chains of each, the best of 5 timings, about 0.1 ms once;
 // QKV_BF16_PAIRS=1 or 0 (dispatch.cpp) decides instead.
