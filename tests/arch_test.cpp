@@ -142,7 +142,8 @@ TEST_CASE("a bad QKV_ARCH is invalid_argument from each evaluation until set_arc
 TEST_CASE("bf16 pairs run only on avx512bf16, as QKV_BF16_PAIRS says", "[arch][half]") {
   if (kernels::bf16_pairs_active()) CHECK(std::string(active_arch()) == "avx512bf16");
   const char* env = std::getenv("QKV_BF16_PAIRS");
-  if (env != nullptr && std::string(active_arch()) == "avx512bf16") CHECK(kernels::bf16_pairs_active() == (std::string(env) == "1"));
+  if (env != nullptr && std::string(active_arch()) == "avx512bf16")
+    CHECK(kernels::bf16_pairs_active() == (std::string(env) == "1"));
 }
 
 // Registered with ctest as pairs_env_bad_value, with QKV_BF16_PAIRS=yes:

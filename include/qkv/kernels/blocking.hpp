@@ -17,7 +17,7 @@ struct blocking {
   std::size_t tile_rows;      // MR, rows of the register tile
   std::size_t query_rows;     // BR, queries in a block: a multiple of MR
   std::size_t max_key_block;  // BC, keys in a block at most (a multiple of 2W)
-  std::size_t mask_stretch;   // where a mask may empty keys, a block's empty stretches of this many at its ends are skipped
+  std::size_t mask_stretch;   // keys a mask may hide whole at a block's ends, skipped (a multiple of 2W)
   std::size_t l2_elements;    // what the packed K and V panels of a key block may take
   std::size_t sum_chunk;      // keys in one partial sum of weights · values
   std::size_t decode_rows;    // up to this many queries, the decoding path
