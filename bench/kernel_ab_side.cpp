@@ -22,7 +22,12 @@ void set_up(const kernel_ab::inputs& in) {
   const auto d = static_cast<std::ptrdiff_t>(in.d);
   problem = {{in.q, in.t, in.d, d, 1}, {in.k, in.t, in.d, d, 1}, {in.v, in.t, in.d, d, 1}, {in.out, in.t, in.d, d, 1},
              1.0f / std::sqrt(float(in.d))};
-  problem.causal = in.causal;
+  // (the bounds' field, or before it a field of the problem's own: the side
+  // is compiled against the base commit's headers too)
+  [](auto& p, bool causal) {
+    if constexpr (requires { p.bounds.causal; }) p.bounds.causal = causal;
+    else p.causal = causal;
+  }(problem, in.causal);
   shared.assign(kernel::shared_size(in.t, in.t, in.d, in.d), 0.0f);
   scratch.assign(kernel::scratch_size(in.t, in.t, in.d), 0.0f);
   parts.assign(kernel::decode_parts(in.t, in.t) * kernel::decode_part_size(in.t, in.d), 0.0f);

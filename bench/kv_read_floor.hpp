@@ -2,7 +2,7 @@
 // widest vectors (bench/kv_read_floor.cpp).
 #pragma once
 
-#include <qkv/storage/float16.hpp>
+#include <qkv/numeric/float16.hpp>
 
 #include <cstddef>
 

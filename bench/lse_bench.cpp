@@ -1,4 +1,4 @@
-// Partial results (eval/lse.hpp) and sinks, one thread: eval_with_lse
+// Partial results (parts/lse.hpp) and sinks, one thread: eval_with_lse
 // against eval at T = 4096, d = 64, with and without causal (the log-sum-exp
 // is kept by the kernel: the difference is a logarithm per row), and eval
 // with a sink (softmax(S, sink): one more term that starts each row's

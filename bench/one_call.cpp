@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     p.v = {V.data(), T, d, std::ptrdiff_t(d), 1};
     p.out = {O.data(), T, d, std::ptrdiff_t(d), 1};
     p.scale = 1.0f / std::sqrt(dk);
-    p.causal = is_causal;
+    p.bounds.causal = is_causal;
     kernels::attention(p);
   } else if (route == "fused") {
     if (is_causal) eval_into(O, softmax(causal(Q * transpose(K) / sqrt(dk))) * V, fused);

@@ -60,7 +60,7 @@ void kernel_direct(benchmark::State& state, const bench::config& c) {
   p.v = {in.V.data(), c.m, c.d, std::ptrdiff_t(c.d), 1};
   p.out = {in.O.data(), c.n, c.d, std::ptrdiff_t(c.d), 1};
   p.scale = 1.0f / std::sqrt(float(c.d));
-  p.causal = c.causal;
+  p.bounds.causal = c.causal;
   for (auto _ : state) {
     kernels::attention(p);
     benchmark::DoNotOptimize(in.O.data());

@@ -9,7 +9,7 @@
 
 #include <qkv/kernels/api.hpp>
 #include <qkv/kernels/arch_list.hpp>
-#include <qkv/storage/aligned_buffer.hpp>
+#include <qkv/storage/thread_scratch.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -127,9 +127,7 @@ const kernel_set<T>& set() {
 // The packing buffer of a product, kept per thread and grown on demand.
 template <class T>
 T* workspace(std::size_t elements) {
-  thread_local detail::aligned_buffer<T> buffer;
-  if (buffer.size() < elements) buffer = detail::aligned_buffer<T>(elements, detail::aligned_buffer<T>::uninitialized);
-  return buffer.data();
+  return detail::thread_scratch<T, detail::scratch_slot::product_packing>(elements);
 }
 
 template <class T>

@@ -7,14 +7,14 @@
 #include <qkv/kernels/attention_problem.hpp>
 #include <qkv/kernels/blocking.hpp>
 #include <qkv/kernels/strided.hpp>
-#include <qkv/storage/float16.hpp>
+#include <qkv/numeric/float16.hpp>
 
 #include <cstddef>
 
 namespace qkv::kernels {
 
 // The fused attention: its sizes (blocking.hpp says which buffers they
-// imply), and the pieces src/attention_schedule.cpp spreads over threads.
+// imply), and the pieces src/attention_forward.cpp spreads over threads.
 // With K and V stored as S, pack and decode_part read them; the blocks and
 // the merge read only the packed copy or the parts, as for S = T.
 template <class T, class S = T>

@@ -55,7 +55,7 @@ kernels::attention_problem<T> problem_of(head<T>& h, const kv_head<T>& kv) {
   p.v = view(kv.v);
   p.out = output(h.out);
   p.scale = T(1) / std::sqrt(T(h.q.cols() == 0 ? 1 : h.q.cols()));
-  p.causal = h.causal;
+  p.bounds.causal = h.causal;
   if (h.bias.rows() != 0) p.bias = view(h.bias);
   if (h.mask.rows() != 0) p.mask = view(h.mask);
   return p;
@@ -129,7 +129,7 @@ TEST_CASE("a batch of heads equals its problems one by one bit for bit on 1 2 an
     x.q = dense<float>(n, d);
     x.out = dense<float>(n, d);
     rng.fill(x.q, -2, 2);
-    x.causal = h % 2 == 1;
+    x.bounds.causal = h % 2 == 1;
     if (h % 3 == 2) {
       x.mask = dense<bool>(n, m);
       for (std::size_t i = 0; i < n; ++i)
@@ -346,7 +346,7 @@ void check_visible_maximum(std::size_t n, std::size_t m, bool by_mask) {
   p.row_stats = stats.data();
   p.queries_in_storage_type = !std::is_same_v<S, float>;  // Q's ones are bf16 values: the pair kernel
   if (by_mask) p.mask = {keep.get(), n, m, std::ptrdiff_t(m), 1};
-  else p.causal = true;
+  else p.bounds.causal = true;
   kernels::attention(&p, 1);
   for (std::size_t i = 0; i < n; ++i) {
     const std::size_t last = by_mask ? i + shift : i + shift + 1;  // keys [0, last) visible

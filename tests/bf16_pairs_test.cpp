@@ -87,7 +87,7 @@ struct inputs {
     p.v = {v.data(), m, dv, static_cast<std::ptrdiff_t>(dv), 1};
     p.out = {out, n, dv, static_cast<std::ptrdiff_t>(dv), 1};
     p.scale = 1.0f / std::sqrt(static_cast<float>(dk));
-    p.causal = f == form::causal;
+    p.bounds.causal = f == form::causal;
     if (f == form::mask) p.mask = {reinterpret_cast<const bool*>(keep.data()), n, m, static_cast<std::ptrdiff_t>(m), 1};
     if (f == form::bias) p.bias = {bias.data(), n, m, static_cast<std::ptrdiff_t>(m), 1};
     p.queries_in_storage_type = queries_bf16;

@@ -67,14 +67,14 @@ void check_shape(shape sh, std::size_t k_col_stride, bool causal) {
   p16.v = {v16.data(), m, dv, vr, 1};
   p16.out = {out16.data(), n, dv, static_cast<std::ptrdiff_t>(dv), 1};
   p16.scale = 1.0f / std::sqrt(static_cast<float>(dk));
-  p16.causal = causal;
+  p16.bounds.causal = causal;
   kernels::attention_problem<float> p32;
   p32.q = p16.q;
   p32.k = {kf.data(), m, dk, kr, kc};
   p32.v = {vf.data(), m, dv, vr, 1};
   p32.out = {out32.data(), n, dv, static_cast<std::ptrdiff_t>(dv), 1};
   p32.scale = p16.scale;
-  p32.causal = causal;
+  p32.bounds.causal = causal;
   kernels::attention(&p16, 1);
   kernels::attention(&p32, 1);
   CHECK(std::memcmp(out16.data(), out32.data(), out16.size() * sizeof(float)) == 0);

@@ -1,4 +1,4 @@
-// The backward of the extension nodes (eval/gradient_extensions.hpp): dual
+// The backward of the extension nodes (grad/extensions.hpp): dual
 // numbers against central differences of the functions themselves, on
 // numbers and on batches; every built-in similarity, user similarity terms
 // and score modifiers against central differences of the whole loss in

@@ -100,7 +100,7 @@ TEMPLATE_TEST_CASE("fused backward, tiny blocks: every tail and skip, NaN behind
             kernels::attention_problem<T> p;
             p.q = cview(Q), p.k = cview(K), p.v = cview(V), p.out = view(O);
             p.scale = T(0.5);
-            p.causal = form == 1;
+            p.bounds.causal = form == 1;
             if (form == 2) p.mask = {M.data(), n, m, static_cast<std::ptrdiff_t>(m), 1};
             matrix<T, dyn, dyn> dQ(n, dk), dK(m, dk), dV(m, dv), dQ2(n, dk), dK2(m, dk), dV2(m, dv);
             std::vector<T> stats(2 * n);

@@ -1,5 +1,5 @@
 // The attention backward in long double, and bounds on the error of the
-// library's node-by-node and fused backward passes (eval/gradient.hpp,
+// library's node-by-node and fused backward passes (grad/gradient.hpp,
 // kernels/attention_backward.hpp), shared by the gradient tests.
 #pragma once
 

@@ -1,4 +1,4 @@
-// gradient(e, dO, wrt(X...)) and vjp(e), node by node (eval/gradient.hpp):
+// gradient(e, dO, wrt(X...)) and vjp(e), node by node (grad/gradient.hpp):
 // the attention's dQ, dK, dV against the long-double analytic reference with
 // an error bound argued below; central finite differences in double as an
 // independent check, through projections and a leaf read three times; the

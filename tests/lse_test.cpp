@@ -1,4 +1,4 @@
-// eval_with_lse(e) and merge(O1, L1, O2, L2) (eval/lse.hpp): O as eval(e)
+// eval_with_lse(e) and merge(O1, L1, O2, L2) (parts/lse.hpp): O as eval(e)
 // gives it, L against each row's log-sum-exp in double, −∞ for a row that
 // sees nothing; tensors as their matrices; merging the halves of a key set
 // equal to attending over the whole within a small factor of the whole's

@@ -1,4 +1,4 @@
-// A sequence computed in parts (eval/part.hpp): each block of query rows
+// A sequence computed in parts (parts/part.hpp): each block of query rows
 // against each block of keys, with the whole's positions, merged by the
 // rows' log-sum-exp, equals the whole (in long double for matrices) within
 // the bound of part_forms.hpp;
@@ -9,8 +9,8 @@
 
 #include "part_forms.hpp"
 
-#include <qkv/eval/part.hpp>
-#include <qkv/eval/rebind.hpp>
+#include <qkv/parts/part.hpp>
+#include <qkv/parts/rebind.hpp>
 
 #include <cstddef>
 #include <vector>

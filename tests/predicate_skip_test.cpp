@@ -128,7 +128,7 @@ struct problem_data {
     p.v = {V.data(), m, dv, std::ptrdiff_t(dv), 1};
     p.out = {O.data(), n, dv, std::ptrdiff_t(dv), 1};
     p.scale = scale;
-    p.causal = causal;
+    p.bounds.causal = causal;
     return p;
   }
   template <class Ext>

@@ -86,7 +86,7 @@ TEMPLATE_TEST_CASE("tiny blocks: every tail, skip and merge against the referenc
             p.v = {V.data(), m, dv, static_cast<std::ptrdiff_t>(dv), 1};
             p.out = {O.data(), n, dv, static_cast<std::ptrdiff_t>(dv), 1};
             p.scale = T(0.5);
-            p.causal = form == 1;
+            p.bounds.causal = form == 1;
             if (form == 2) p.mask = {M.data(), n, m, static_cast<std::ptrdiff_t>(m), 1};
             run(p);
 

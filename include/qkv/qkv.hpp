@@ -5,8 +5,8 @@
 #include "shape/batch.hpp"
 #include "shape/extent.hpp"
 #include "shape/shape_error.hpp"
-#include "storage/dual.hpp"
-#include "storage/float16.hpp"
+#include "numeric/dual.hpp"
+#include "numeric/float16.hpp"
 #include "storage/matrix.hpp"
 #include "storage/matrix_view.hpp"
 #include "storage/tensor.hpp"
@@ -26,16 +26,17 @@
 #include "similarity/builtin.hpp"
 #include "eval/strategy.hpp"
 #include "eval/eval.hpp"
-#include "eval/gradient.hpp"
-#include "eval/lse.hpp"
+#include "grad/gradient.hpp"
+#include "parts/lse.hpp"
 #include "eval/explain.hpp"
 #include "eval/cost.hpp"
 #include "kernels/api.hpp"
 
 namespace qkv {
 
-// The instruction set the compiled kernels run on here ("avx512bw", "avx2",
-// "sse2" or "neon64", a name set_arch takes): the best this CPU has, unless
+// The instruction set the compiled kernels run on here ("avx512bf16",
+// "avx512bw", "avx2" or "sse2" on x86-64, "neon64" on AArch64: the names of
+// kernels/arch_list.hpp, which set_arch takes): the best this CPU has, unless
 // the environment variable QKV_ARCH (read at first use) or set_arch forces
 // another; "none" while QKV_ARCH holds a name that cannot run here.
 inline const char* active_arch() noexcept { return kernels::active_arch(); }
@@ -47,8 +48,8 @@ inline const char* active_arch() noexcept { return kernels::active_arch(); }
 inline void set_threads(std::size_t n) { kernels::set_threads(n); }
 inline std::size_t threads() { return kernels::threads(); }
 
-// Forces the kernels of one instruction set ("avx512bw", "avx2", "sse2",
-// "neon64"; "" for the best available), e.g. to compare them in a benchmark.
+// Forces the kernels of one instruction set (a name active_arch returns; ""
+// for the best available), e.g. to compare them in a benchmark.
 // Throws std::invalid_argument (listing the names) for any other name, and
 // std::runtime_error when this CPU or build lacks the set.
 inline void set_arch(std::string_view name) { kernels::set_arch(name); }

@@ -68,64 +68,23 @@ constexpr std::size_t fused_workspace(std::size_t n, std::size_t m, std::size_t 
   return attention_blocking<compute_t<T>>().workspace_size(n, m, dk, dv) * sizeof(compute_t<T>);
 }
 
-// The pairs of n queries and m keys that causal attention sees: row i the
-// first min(m, i + m − n + 1) keys, none where that is not positive.
-constexpr std::size_t causal_pairs(std::size_t n, std::size_t m) {
-  if (n == 0 || m == 0) return 0;
-  // The rows that see anything see first, first + 1, …, m keys.
-  const std::size_t first = n > m ? 1 : m - n + 1;
-  return (first + m) * (m - first + 1) / 2;
-}
-
-// The key bounds a score chain's causal and windows set (no_bound: none);
-// a window's extents are values of the expression, so a walk over types
-// alone (s null) counts it as no bound.
-struct key_bounds {
-  static constexpr std::size_t no_bound = static_cast<std::size_t>(-1);
-  bool causal = false;
-  std::size_t left = no_bound, right = no_bound;
-};
-
+// The key bounds a score chain's causal and windows set, all of them
+// (key_bounds_of.hpp); a window's extents are values of the expression, so a
+// walk over types alone (s null) counts it as no bound.
 template <class S>
-inline constexpr bool is_causal_v = false;
-template <class X>
-inline constexpr bool is_causal_v<causal_expr<X>> = true;
-
-template <class S>
-constexpr key_bounds chain_bounds(const S* s) {
+constexpr kernels::key_bounds chain_bounds(const S* s) {
   if constexpr (is_elementwise_v<S>) {
     if constexpr (score_chain<S>::left) return chain_bounds(lhs_of(s));
     else return chain_bounds(rhs_of(s));
   } else if constexpr (requires(const S& x) { x.arg(); } && !is_softmax_v<S>) {  // the chain's unary nodes
-    key_bounds b = chain_bounds(arg_of(s));
-    if constexpr (is_causal_v<S>) b.causal = true;
-    if constexpr (is_window_v<S>) {
-      if (s != nullptr) {
-        b.left = s->left() < b.left ? s->left() : b.left;
-        b.right = s->right() < b.right ? s->right() : b.right;
-      }
-    }
+    kernels::key_bounds b = chain_bounds(arg_of(s));
+    if constexpr (sets_key_bounds<S>) b = both_bounds(b, node_bounds(s));
     return b;
   } else {
     return {};
   }
 }
 
-// The pairs of n queries and m keys that the bounds leave visible: row i
-// sees keys [i' − left, i' + right] ∩ [0, m), i' = i + m − n.
-constexpr std::size_t visible_pairs(std::size_t n, std::size_t m, key_bounds b) {
-  if (b.left == key_bounds::no_bound && b.right == key_bounds::no_bound) return b.causal ? causal_pairs(n, m) : n * m;
-  const long long right = b.causal ? 0 : (b.right < n + m ? static_cast<long long>(b.right) : static_cast<long long>(n + m));
-  const long long left = b.left < n + m ? static_cast<long long>(b.left) : static_cast<long long>(n + m);
-  std::size_t pairs = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const long long ip = static_cast<long long>(i + m) - static_cast<long long>(n);
-    const long long lo = ip - left > 0 ? ip - left : 0;
-    const long long hi = ip + right + 1 < static_cast<long long>(m) ? ip + right + 1 : static_cast<long long>(m);
-    if (hi > lo) pairs += static_cast<std::size_t>(hi - lo);
-  }
-  return pairs;
-}
 
 template <class E>
 constexpr cost_estimate cost_of(const E* e, bool materialised);
@@ -221,7 +180,7 @@ constexpr cost_estimate fused_attention_cost(const E* e, cost_estimate node_by_n
   const S* s = arg_of(lhs_of(e));
   cost_estimate c = node_by_node;
   const std::size_t n = rows_of(e), m = cols_of(e), mk = cols_of(s), all = n * mk;
-  const std::size_t pairs = visible_pairs(n, mk, chain_bounds(s));
+  const std::size_t pairs = kernels::visible_pairs(chain_bounds(s), n, mk);
   const cost_estimate ops = chain_operands_cost(s), v = cost_of(rhs_of(e), true);
   c.fused_bytes = ops.fused_bytes + v.fused_bytes + fused_workspace<T>(n, mk, chain_dk(s), m);
   if (all != 0 && pairs != all) {

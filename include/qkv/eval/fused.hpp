@@ -20,6 +20,7 @@
 #include "../kernels/attention_with.hpp"
 #include "../kernels/row_norms.hpp"
 #include "fusion_rules.hpp"
+#include "key_bounds_of.hpp"
 #include "naive_extensions.hpp"
 
 #include <cstddef>
@@ -38,8 +39,7 @@ struct score_parts {
   long double scale = 1, bias_scale = 1, col_scale = 1, row_scale = 1;  // one rounding to T at the end
   bool has_bias = false;
   bool row_term = false;  // a score_mod is around the core: a row's constant term counts
-  bool causal = false;
-  std::size_t window_left = kernels::attention_problem<T>::no_bound, window_right = kernels::attention_problem<T>::no_bound;
+  kernels::key_bounds bounds{};  // of causal and windows (key_bounds_of.hpp)
   operand<bool> mask;
 };
 
@@ -212,7 +212,7 @@ struct score_chain<causal_expr<X>> : score_chain<bare_t<X>> {
   template <class Policy, class T, class KV, class Ext>
   static void describe(const causal_expr<X>& e, score_parts<T, KV>& parts, Ext& ext) {
     score_chain<bare_t<X>>::template describe<Policy>(e.arg(), parts, ext);
-    parts.causal = true;
+    parts.bounds = both_bounds(parts.bounds, node_bounds(&e));
   }
 };
 
@@ -225,8 +225,7 @@ struct score_chain<window_expr<X>> : score_chain<bare_t<X>> {
   template <class Policy, class T, class KV, class Ext>
   static void describe(const window_expr<X>& e, score_parts<T, KV>& parts, Ext& ext) {
     inner::template describe<Policy>(e.arg(), parts, ext);
-    parts.window_left = e.left() < parts.window_left ? e.left() : parts.window_left;
-    parts.window_right = e.right() < parts.window_right ? e.right() : parts.window_right;
+    parts.bounds = both_bounds(parts.bounds, node_bounds(&e));
   }
 };
 
@@ -415,8 +414,7 @@ kernels::attention_problem<compute_t<value_type_t<E>>, S> attention_problem_of(
     problem.row_bias = parts.row.view;
     problem.row_scale = static_cast<T>(parts.row_scale);
   }
-  problem.causal = parts.causal;
-  problem.window_left = parts.window_left, problem.window_right = parts.window_right;
+  problem.bounds = parts.bounds;
   problem.mask = parts.mask.view;
   // The softmax's sink and the slice's position (the functors' b and h).
   problem.sink = static_cast<T>(e.lhs().sink());

@@ -11,6 +11,7 @@
 #include "../expr/softmax.hpp"
 #include "../expr/transpose.hpp"
 #include "../expr/window.hpp"
+#include "key_bounds_of.hpp"
 #include "../kernels/api.hpp"
 #include "../kernels/mask.hpp"
 #include "../storage/aligned_buffer.hpp"
@@ -216,7 +217,7 @@ struct naive_evaluator<causal_expr<S>> {
   template <class Policy>
   static void into(const causal_expr<S>& e, kernels::strided<T> out) {
     node_into<Policy>(e.arg(), out);
-    kernels::mask_causal(out);
+    kernels::mask_outside(out, node_bounds(&e));
   }
 };
 
@@ -226,7 +227,7 @@ struct naive_evaluator<window_expr<S>> {
   template <class Policy>
   static void into(const window_expr<S>& e, kernels::strided<T> out) {
     node_into<Policy>(e.arg(), out);
-    kernels::mask_window(out, e.left(), e.right());
+    kernels::mask_outside(out, node_bounds(&e));
   }
 };
 

@@ -1,7 +1,7 @@
 // What makes a type a qkv expression, and the traits every node exposes.
 #pragma once
 
-#include "../storage/float16.hpp"
+#include "../numeric/float16.hpp"
 
 #include <concepts>
 #include <cstddef>

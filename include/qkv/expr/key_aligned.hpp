@@ -10,7 +10,7 @@
 // block hint any(i0, i1, j0, j1) the predicate has.
 #pragma once
 
-#include "../storage/number_as.hpp"
+#include "../numeric/number_as.hpp"
 
 #include <cstddef>
 #include <type_traits>

@@ -28,12 +28,6 @@ class window_expr : public detail::same_shape_unary<S> {
 
   std::size_t left() const { return left_; }
   std::size_t right() const { return right_; }
-  // Whether key j lies in row i's window (n rows, m keys).
-  bool keeps(std::size_t i, std::size_t j) const {
-    const auto ip = static_cast<long long>(i + this->cols()) - static_cast<long long>(this->rows());
-    const auto jj = static_cast<long long>(j);
-    return jj >= ip - static_cast<long long>(left_) && jj <= ip + static_cast<long long>(right_);
-  }
 
   template <class Y>
   auto rebuild(Y&& y) const {

@@ -5,7 +5,7 @@
 #include "attention_problem.hpp"
 #include "blocking.hpp"
 #include "strided.hpp"
-#include "../storage/float16.hpp"
+#include "../numeric/float16.hpp"
 
 #include <cstddef>
 #include <string_view>
@@ -91,8 +91,8 @@ blocking active_blocking(std::size_t element_bytes);
 void set_threads(std::size_t n);
 std::size_t threads();
 
-// Makes the kernels of `name` (a name of arch_list.hpp: "avx512bw", "avx2",
-// "sse2", "neon64"; or "" for the best this CPU runs) run from now on. Throws
+// Makes the kernels of `name` (a name of arch_list.hpp: "avx512bf16",
+// "avx512bw", "avx2", "sse2", "neon64"; or "" for the best this CPU runs) run from now on. Throws
 // std::invalid_argument, listing the names, for a name not in the list, and
 // std::runtime_error, listing what this CPU runs, for one this CPU or build
 // lacks; the kernels in use are then unchanged. Not for use while another

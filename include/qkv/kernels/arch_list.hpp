@@ -8,6 +8,10 @@
 
 #include <xsimd/xsimd.hpp>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <array>
 #include <cstddef>
 #include <string_view>
@@ -50,7 +54,11 @@ struct isa_avx2 {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     // F16C: the f16 conversions of the 2-byte kernels (every AVX2 CPU has it).
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // Read from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+    // does not know "f16c".
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return false;
 #endif

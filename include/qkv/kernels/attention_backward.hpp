@@ -65,7 +65,8 @@ struct attention_backward_kernel {
   static constexpr std::size_t W = tile::W, MR = tile::MR, NR = tile::NR;
   static constexpr std::size_t BQ = B.query_rows;                 // queries in a tile
   static constexpr std::size_t BK =                              // keys in a tile
-      B.max_key_block < blocking::round_up(64, NR) ? B.max_key_block : blocking::round_up(64, NR);
+      B.max_key_block < blocking::round_up(other_blocks::backward_keys, NR) ? B.max_key_block
+                                                                           : blocking::round_up(other_blocks::backward_keys, NR);
   using term_grads = term_backward<Arch, T, Ext, BQ, BK>;
   static_assert(B.valid() && B.lanes == W && B.tile_rows == MR, "qkv: internal: blocking of another instruction set");
 

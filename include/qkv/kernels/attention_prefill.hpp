@@ -100,12 +100,7 @@ struct attention_prefill {
       // computed, weighed or summed (rows of a strip that see fewer keys
       // are masked by apply, as anywhere else).
       std::size_t keys[BR / MR] = {}, first[BR / MR] = {};
-      for (std::size_t ir = 0; ir < br; ir += MR) {
-        const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
-        const std::size_t begin = scores::key_begin(p, i0 + ir);
-        keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
-        first[ir / MR] = begin > j0 ? min(keys[ir / MR], (begin - j0) / NR * NR) : 0;
-      }
+      strip_keys(p.bounds, n, m, i0, br, j0, bc, MR, NR, first, keys);
 
       // Scores of the block; rows past br read the last row again and are
       // ignored. Whole panels keep their rows' maxima (lane-wise, in maxima).

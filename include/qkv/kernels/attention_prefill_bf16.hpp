@@ -19,8 +19,8 @@
 // gains 2 when the panels hold pairs.
 #pragma once
 
-#include "../storage/aligned_buffer.hpp"
-#include "../storage/float16.hpp"
+#include "../storage/thread_scratch.hpp"
+#include "../numeric/float16.hpp"
 #include "attention_prefill.hpp"
 #include "bf16_pairs.hpp"
 
@@ -153,10 +153,8 @@ struct attention_prefill_bf16 {
     float* row_m = o + B.aligned(BR * dvp);
     float* row_l = row_m + B.aligned(BR);
     // The block's queries and weights as pairs, per thread.
-    thread_local detail::aligned_buffer<std::uint32_t> buffer;
-    const std::size_t q_words = blocking::round_up(BR * dkp, 16), size = q_words + BR * BC / 2;
-    if (buffer.size() < size) buffer = detail::aligned_buffer<std::uint32_t>(size, detail::aligned_buffer<std::uint32_t>::uninitialized);
-    std::uint32_t* qw = buffer.data();
+    const std::size_t q_words = blocking::round_up(BR * dkp, 16);
+    std::uint32_t* qw = detail::thread_scratch<std::uint32_t, detail::scratch_slot::pair_words>(q_words + BR * BC / 2);
     std::uint32_t* pw = qw + q_words;
 
     alignas(64) float maxima[BR * W];
@@ -175,13 +173,8 @@ struct attention_prefill_bf16 {
       const auto [j0, j1] = scores::kept_keys(p, no_extension{}, i0, br, jb, min(kb, j_end - jb), B.mask_stretch);
       if (j0 == j1) continue;
       const std::size_t bc = j1 - j0;
-      std::size_t keys[BR / MR] = {}, first[BR / MR] = {};  // as in attention_prefill: the keys each strip sees
-      for (std::size_t ir = 0; ir < br; ir += MR) {
-        const std::size_t end = scores::key_end(p, i0 + min(ir + MR, br) - 1);
-        const std::size_t begin = scores::key_begin(p, i0 + ir);
-        keys[ir / MR] = end > j0 ? min(bc, end - j0) : 0;
-        first[ir / MR] = begin > j0 ? min(keys[ir / MR], (begin - j0) / NR * NR) : 0;
-      }
+      std::size_t keys[BR / MR] = {}, first[BR / MR] = {};  // the keys each strip sees, as in attention_prefill
+      strip_keys(p.bounds, n, m, i0, br, j0, bc, MR, NR, first, keys);
       for (std::size_t x = 0; x < BR * W; ++x) maxima[x] = softmax::neg_inf;
       for (std::size_t ir = 0; ir < br; ir += MR) {
         const std::uint32_t* rows[MR];

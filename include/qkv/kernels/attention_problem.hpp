@@ -5,6 +5,7 @@
 // stored as S (bf16 or f16 for a float kernel), read as T exactly.
 #pragma once
 
+#include "key_bounds.hpp"
 #include "strided.hpp"
 
 #include <cstddef>
@@ -29,15 +30,9 @@ struct attention_problem {
   strided<const T> row_bias{nullptr, 0, 0, 0, 1};  // n×1, added to row i before the modifier (−‖q_i‖² of
                                                     // neg_sq_l2); softmax alone ignores it; none when null
   T row_scale = T(1);
-  bool causal = false;   // keys j > i' excluded
-  // A window: keys outside [i' − window_left, i' + window_right] excluded;
-  // no_bound on a side: none there.
-  static constexpr std::size_t no_bound = std::numeric_limits<std::size_t>::max();
-  std::size_t window_left = no_bound, window_right = no_bound;
-  // Row i's position among the keys is i' = i + (m − n) + diagonal_shift:
-  // the last query at the last key, unless the problem is part of a longer
-  // one (its rows and keys slices of the whole sequence, eval/part.hpp).
-  std::ptrdiff_t diagonal_shift = 0;
+  // Which keys each row sees by causal and windows, and the row's position
+  // among them (key_bounds.hpp).
+  key_bounds bounds{};
   strided<const bool> mask{nullptr, 0, 0, 0, 1};  // n×m, false excludes; none when data is null
   // Q holds values of S (it was stored as S, converted exactly): the kernel
   // may multiply in S and round the weights to S, as attention on bf16
@@ -64,13 +59,28 @@ struct attention_problem {
   attention_problem<T> without_kv_data() const {
     attention_problem<T> p{q, {nullptr, k.rows, k.cols, 0, 1}, {nullptr, v.rows, v.cols, 0, 1}, out, scale};
     p.bias = bias, p.bias_scale = bias_scale, p.col_bias = col_bias, p.col_scale = col_scale;
-    p.row_bias = row_bias, p.row_scale = row_scale, p.causal = causal, p.mask = mask;
-    p.window_left = window_left, p.window_right = window_right, p.diagonal_shift = diagonal_shift;
+    p.row_bias = row_bias, p.row_scale = row_scale, p.bounds = bounds, p.mask = mask;
     p.queries_in_storage_type = queries_in_storage_type, p.sink = sink, p.batch = batch, p.head = head;
     p.row_stats = row_stats;
     return p;
   }
 };
+
+// The keys row i of p sees, [key_begin, key_end), and whether a block of
+// rows sees any of a block of keys: key_bounds.hpp's rule on p's extents.
+template <class T, class S>
+std::size_t key_begin(const attention_problem<T, S>& p, std::size_t i) {
+  return key_begin(p.bounds, p.q.rows, p.k.rows, i);
+}
+template <class T, class S>
+std::size_t key_end(const attention_problem<T, S>& p, std::size_t i) {
+  return key_end(p.bounds, p.q.rows, p.k.rows, i);
+}
+template <class T, class S>
+bool bounds_keep_any(const attention_problem<T, S>& p, std::size_t i0, std::size_t rows, std::size_t j0,
+                     std::size_t cols) {
+  return sees_any(p.bounds, p.q.rows, p.k.rows, i0, rows, j0, cols);
+}
 
 // What the backward of an attention_problem<T> reads besides it, and writes:
 // the gradient dO of the output, the forward's output O and its row_stats

@@ -17,16 +17,16 @@
 // online kernel does, for the backward.
 #pragma once
 
-#include "../storage/aligned_buffer.hpp"
+#include "../storage/thread_scratch.hpp"
 #include "api.hpp"
 #include "attention.hpp"
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <vector>
 
 namespace qkv::kernels {
 
@@ -35,14 +35,10 @@ struct attention_rows_kernel {
   using kernel = attention_kernel<xsimd::default_arch, T, Ext>;
   using tile = register_tile<xsimd::default_arch, T>;
   using traits = extension_traits<Ext, T>;
-  using buffer = detail::aligned_buffer<T>;
   static constexpr std::size_t MR = tile::MR, NR = tile::NR;
-  // 64 rows amortise the library's packing of the keys and values in its
-  // products over enough rows, and keep the span a window needs near w + 64.
-  static constexpr std::size_t block_rows = 64;
-  // The grain of skipping; a multiple of every NR and of every softmax
-  // stride (2·W), so score panels never straddle two key blocks.
-  static constexpr std::size_t block_keys = 64;
+  // blocking.hpp says why these sizes.
+  static constexpr std::size_t block_rows = other_blocks::row_path_rows;
+  static constexpr std::size_t block_keys = other_blocks::row_path_keys;
   static_assert(block_keys % NR == 0);
   static constexpr T neg_inf = -std::numeric_limits<T>::infinity();
 
@@ -70,8 +66,8 @@ struct attention_rows_kernel {
 
     // 1 for a key block whose scores are computed, 2 once one of them is
     // found visible (not −∞; a NaN counts, it must poison its row).
-    thread_local std::vector<unsigned char> state;
-    state.assign(nb, 0);
+    unsigned char* state = detail::thread_scratch<unsigned char, detail::scratch_slot::row_states>(nb);
+    std::fill_n(state, nb, static_cast<unsigned char>(0));
     std::size_t lo = nb, hi = 0;
     for (std::size_t kb = kernel::key_begin(p, i0) / block_keys; kb < nb; ++kb) {
       const std::size_t j0 = kb * block_keys, bc = min(block_keys, j_end - j0);
@@ -84,10 +80,7 @@ struct attention_rows_kernel {
 
     // Scores of the computed blocks, on a block of rows from key c0 on.
     const std::size_t c0 = lo * block_keys, ld = round_up(min(hi * block_keys, j_end) - c0, NR) + NR;
-    thread_local buffer s;
-    const std::size_t size = round_up(br, MR) * ld;
-    if (s.size() < size) s = buffer(size, buffer::uninitialized);
-    T* sd = s.data();
+    T* sd = detail::thread_scratch<T, detail::scratch_slot::row_scores>(round_up(br, MR) * ld);
     for (std::size_t ka = lo; ka < hi;) {  // runs of consecutive computed blocks
       if (state[ka] == 0) {
         ++ka;

@@ -1,6 +1,6 @@
 // How the attention of many problems (the heads of a layer, the members of a
 // batch) is spread over the threads, whichever kernel computes it: the
-// library's compiled kernels (src/attention_schedule.cpp) or a kernel with
+// library's compiled kernels (src/attention_forward.cpp) or a kernel with
 // the user's functors instantiated in the user's unit (attention_with.hpp).
 //
 // Consecutive problems with the same K and V (the query heads of one
@@ -13,7 +13,7 @@
 // the results depend neither on the number of threads nor on the way chosen.
 #pragma once
 
-#include "../storage/aligned_buffer.hpp"
+#include "../storage/thread_scratch.hpp"
 #include "api.hpp"
 #include "attention_problem.hpp"
 #include "parallel.hpp"
@@ -45,15 +45,6 @@ bool empty(const P& p) {
   return p.q.rows == 0 || p.v.cols == 0;
 }
 
-// A buffer of the calling thread, grown on demand; Slot tells apart buffers
-// that are in use at once.
-template <class T, int Slot>
-T* thread_buffer(std::size_t elements) {
-  thread_local detail::aligned_buffer<T> buffer;
-  if (buffer.size() < elements) buffer = detail::aligned_buffer<T>(elements, detail::aligned_buffer<T>::uninitialized);
-  return buffer.data();
-}
-
 // K and V of a group packed into the calling thread's buffer, from its first
 // problem that packs anything; null when none does.
 template <class Kernel, class P, class T = typename P::value_type>
@@ -63,7 +54,7 @@ const T* pack_group(const Kernel& kernel, const P* group, std::size_t count) {
     if (empty(p)) continue;
     const std::size_t size = kernel.shared_size(p);
     if (size == 0) continue;
-    T* shared = thread_buffer<T, 0>(size);
+    T* shared = detail::thread_scratch<T, detail::scratch_slot::packed_kv>(size);
     kernel.pack(p, shared);
     return shared;
   }
@@ -77,8 +68,8 @@ void run_group(const Kernel& kernel, const P* group, std::size_t count) {
   for (std::size_t x = 0; x < count; ++x) {
     const P& p = group[x];
     if (empty(p)) continue;
-    T* scratch = thread_buffer<T, 1>(kernel.scratch_size(p));
-    T* kept = thread_buffer<T, 2>(kernel.kept_size(p));
+    T* scratch = detail::thread_scratch<T, detail::scratch_slot::block>(kernel.scratch_size(p));
+    T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(kernel.kept_size(p));
     const std::size_t n = kernel.pieces(p);
     for (std::size_t b = 0; b < n; ++b) kernel.piece(p, shared, b, scratch, kept);
     kernel.finish(p, kept);
@@ -97,12 +88,12 @@ void spread_group(const Kernel& kernel, const P* group, std::size_t count) {
     first[x + 1] = first[x] + (none ? 0 : kernel.pieces(group[x]));
     kept_at[x + 1] = kept_at[x] + (none ? 0 : kernel.kept_size(group[x]));
   }
-  T* kept = thread_buffer<T, 2>(kept_at[count]);
+  T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(kept_at[count]);
   detail::parallel_for(first[count], [&](std::size_t piece) {
     const auto after = std::upper_bound(first.begin(), first.end(), piece);  // past the piece's problem
     const std::size_t x = static_cast<std::size_t>(after - first.begin()) - 1;
     const P& p = group[x];
-    kernel.piece(p, shared, piece - first[x], thread_buffer<T, 1>(kernel.scratch_size(p)), kept + kept_at[x]);
+    kernel.piece(p, shared, piece - first[x], detail::thread_scratch<T, detail::scratch_slot::block>(kernel.scratch_size(p)), kept + kept_at[x]);
   });
   for (std::size_t x = 0; x < count; ++x)
     if (!empty(group[x])) kernel.finish(group[x], kept + kept_at[x]);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "../storage/aligned_buffer.hpp"
+#include "../storage/thread_scratch.hpp"
 #include "api.hpp"
 #include "arch_list.hpp"
 #include "attention.hpp"
@@ -33,7 +34,6 @@ bool runs_like_library() {
 template <class T, class Ext>
 struct attention_online_kernel {
   using kernel = attention_kernel<xsimd::default_arch, T, Ext>;
-  using buffer = detail::aligned_buffer<T>;
   static std::size_t pack_size(const attention_problem<T>& p) {
     return kernel::pack_size(p.k.rows, p.q.cols, p.v.cols);
   }
@@ -42,10 +42,8 @@ struct attention_online_kernel {
     return (p.q.rows + kernel::block_rows() - 1) / kernel::block_rows();
   }
   static void block(const attention_problem<T>& p, const T* shared, std::size_t b, const Ext& ext) {
-    thread_local buffer scratch;
-    const std::size_t size = kernel::block_scratch_size(p.v.cols);
-    if (scratch.size() < size) scratch = buffer(size, buffer::uninitialized);
-    kernel::block(p, shared, b, scratch.data(), ext);
+    T* scratch = detail::thread_scratch<T, detail::scratch_slot::functor_block>(kernel::block_scratch_size(p.v.cols));
+    kernel::block(p, shared, b, scratch, ext);
   }
 };
 

@@ -24,19 +24,17 @@
 namespace qkv::kernels {
 namespace backward_detail {
 
-// A tile's buffers, the calling thread's own (slot 3: the forward's
-// scheduler uses 0 to 2).
+// A tile's buffers, the calling thread's own.
 template <class T>
 T* thread_scratch(std::size_t elements) {
-  return schedule_detail::thread_buffer<T, 3>(elements);
+  return detail::thread_scratch<T, detail::scratch_slot::backward_tile>(elements);
 }
 
 // A problem's packed operands and sums, the calling thread's own and kept
-// for its next backward, as the forward keeps its packed K and V: a new
-// buffer each call spent a few percent of the time faulting its pages in.
+// for its next backward, as the forward keeps its packed K and V.
 template <class T>
 T* thread_shared(std::size_t elements) {
-  return schedule_detail::thread_buffer<T, 4>(elements);
+  return detail::thread_scratch<T, detail::scratch_slot::backward_shared>(elements);
 }
 
 // The busiest of t threads' share of count pieces, all of `size` but the

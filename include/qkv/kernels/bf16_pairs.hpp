@@ -13,7 +13,7 @@
 // instruction; it compiles only with -mavx512bf16 (src/arch_avx512bf16.cpp).
 #pragma once
 
-#include "../storage/float16.hpp"
+#include "../numeric/float16.hpp"
 #include "arch_traits.hpp"
 
 #include <xsimd/xsimd.hpp>

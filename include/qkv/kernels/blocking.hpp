@@ -99,6 +99,24 @@ constexpr std::size_t tile_rows_of() {
   return arch_traits<Arch>::vector_registers == 32 ? 8 : (arch_traits<Arch>::has_fma ? 6 : 4);
 }
 
+// The blocks of the other loops, the same on every instruction set.
+struct other_blocks {
+  // The row-block path (attention_rows.hpp): 64 rows amortise the library's
+  // packing of the keys and values in its products over enough rows, and keep
+  // the span a window needs near w + 64; keys are skipped in blocks of 64, a
+  // multiple of every NR and of every softmax stride (2·W), so that score
+  // panels never straddle two key blocks.
+  static constexpr std::size_t row_path_rows = 64, row_path_keys = 64;
+  // The backward's tile of keys (attention_backward.hpp), rounded up to a
+  // panel and at most the forward's key block.
+  static constexpr std::size_t backward_keys = 64;
+  // The matrix product's cache budgets in bytes (gemm.hpp): a packed B
+  // panel in about half of a 32 KiB L1, a packed A block in about 256 KiB of
+  // L2, a packed B block in about 2 MiB of L3; and its deepest panel.
+  static constexpr std::size_t product_l1_bytes = 16384, product_l2_bytes = 262144, product_l3_bytes = 2097152;
+  static constexpr std::size_t product_max_depth = 384;
+};
+
 // The library's block sizes for instruction set Arch and element type T.
 // Needs no vector type, so any translation unit can ask about any set.
 template <class Arch, class T>

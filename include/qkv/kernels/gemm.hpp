@@ -4,6 +4,7 @@
 // registers for the whole KC loop.
 #pragma once
 
+#include "blocking.hpp"
 #include "register_tile.hpp"
 #include "strided.hpp"
 
@@ -20,12 +21,14 @@ struct gemm_kernel {
   static constexpr std::size_t W = tile::W;
   static constexpr std::size_t MR = tile::MR;
   static constexpr std::size_t NR = tile::NR;
-  // A packed B panel (KC×NR) in about half of a 32 KiB L1.
-  static constexpr std::size_t KC = 16384 / (NR * sizeof(T)) < 384 ? 16384 / (NR * sizeof(T)) : 384;
-  // A packed A block (MC×KC) in about 256 KiB of L2.
-  static constexpr std::size_t MC = (262144 / (KC * sizeof(T))) / MR * MR;
-  // A packed B block (KC×NC) in about 2 MiB of L3.
-  static constexpr std::size_t NC = (2097152 / (KC * sizeof(T))) / NR * NR;
+  // The packed panels and blocks in their caches (blocking.hpp's budgets):
+  // B's panel (KC×NR) in L1, A's block (MC×KC) in L2, B's block (KC×NC) in L3.
+  using budget = other_blocks;
+  static constexpr std::size_t KC = budget::product_l1_bytes / (NR * sizeof(T)) < budget::product_max_depth
+                                        ? budget::product_l1_bytes / (NR * sizeof(T))
+                                        : budget::product_max_depth;
+  static constexpr std::size_t MC = (budget::product_l2_bytes / (KC * sizeof(T))) / MR * MR;
+  static constexpr std::size_t NC = (budget::product_l3_bytes / (KC * sizeof(T))) / NR * NR;
 
   static constexpr std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
   static constexpr std::size_t min(std::size_t a, std::size_t b) { return a < b ? a : b; }

@@ -7,7 +7,7 @@
 // values are converted one by one.
 #pragma once
 
-#include "../storage/float16.hpp"
+#include "../numeric/float16.hpp"
 
 #include <xsimd/xsimd.hpp>
 

@@ -2,6 +2,7 @@
 // bound and branch-light; left to the compiler.
 #pragma once
 
+#include "key_bounds.hpp"
 #include "strided.hpp"
 
 #include <cstddef>
@@ -9,32 +10,23 @@
 
 namespace qkv::kernels {
 
-// s(i, j) = −∞ where j > i + (m − n), m = cols, n = rows.
+// s(i, j) = −∞ where row i does not see key j by the bounds b (causal,
+// windows: key_bounds.hpp), m = cols, n = rows.
 template <class T>
-void mask_causal(strided<T> s) {
-  const auto n = static_cast<std::ptrdiff_t>(s.rows);
-  const auto m = static_cast<std::ptrdiff_t>(s.cols);
-  for (std::ptrdiff_t i = 0; i < n; ++i) {
-    const std::ptrdiff_t first_masked = i + (m - n) + 1;
-    for (std::ptrdiff_t j = first_masked < 0 ? 0 : first_masked; j < m; ++j) {
-      s(static_cast<std::size_t>(i), static_cast<std::size_t>(j)) = -std::numeric_limits<T>::infinity();
-    }
+void mask_outside(strided<T> s, const key_bounds& b) {
+  for (std::size_t i = 0; i < s.rows; ++i) {
+    const std::size_t begin = key_begin(b, s.rows, s.cols, i), end = key_end(b, s.rows, s.cols, i);
+    for (std::size_t j = 0; j < s.cols; ++j)
+      if (j < begin || j >= end) s(i, j) = -std::numeric_limits<T>::infinity();
   }
 }
 
-// s(i, j) = −∞ outside i' − left ≤ j ≤ i' + right, i' = i + (m − n).
+// s(i, j) = −∞ where j > i + (m − n).
 template <class T>
-void mask_window(strided<T> s, std::size_t left, std::size_t right) {
-  const auto n = static_cast<std::ptrdiff_t>(s.rows);
-  const auto m = static_cast<std::ptrdiff_t>(s.cols);
-  // Past m + n either bound keeps every key from every row.
-  const auto l = static_cast<std::ptrdiff_t>(left < s.rows + s.cols ? left : s.rows + s.cols);
-  const auto r = static_cast<std::ptrdiff_t>(right < s.rows + s.cols ? right : s.rows + s.cols);
-  for (std::ptrdiff_t i = 0; i < n; ++i) {
-    const std::ptrdiff_t ip = i + (m - n);
-    for (std::ptrdiff_t j = 0; j < m; ++j)
-      if (j < ip - l || j > ip + r) s(static_cast<std::size_t>(i), static_cast<std::size_t>(j)) = -std::numeric_limits<T>::infinity();
-  }
+void mask_causal(strided<T> s) {
+  key_bounds b;
+  b.causal = true;
+  mask_outside(s, b);
 }
 
 // s(i, j) = −∞ where keep(i, j) is false.

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "arch_traits.hpp"
-#include "../storage/dual.hpp"
+#include "../numeric/dual.hpp"
 #include "attention_problem.hpp"
 #include "extension.hpp"
 #include "key_bounds.hpp"
@@ -105,7 +105,7 @@ struct score_transform {
   }
 
   // s ← f(s, i, j) and slope ← ∂f/∂s, calling f on dual numbers
-  // (storage/dual.hpp): one call gives both.
+  // (numeric/dual.hpp): one call gives both.
   static void modify_with_slope(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, T* u, T* slope,
                                 std::size_t b, std::size_t h) {
     using D = dual<batch>;

@@ -3,7 +3,7 @@
 // t's partial derivatives rather than products. Each takes the register
 // tile of the product it replaces, with the derivative in place of the
 // other operand's value: for t = q·k the derivative is that value, and the
-// loops are the products'. t is called on dual batches (storage/dual.hpp),
+// loops are the products'. t is called on dual batches (numeric/dual.hpp),
 // so no derivative is written by hand. A term with weights of its own,
 // w_c·t(q_c, k_c) (additive's w), has their gradient Σ_ij dS_ij t(q_ic, k_jc)
 // summed beside dK.
@@ -14,7 +14,7 @@
 #include "prefetch.hpp"
 #include "register_tile.hpp"
 #include "transpose.hpp"
-#include "../storage/dual.hpp"
+#include "../numeric/dual.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -182,7 +182,7 @@ struct term_backward {
           for (std::size_t h = 0; h < H; ++h) ds[h] = batch::load_aligned(d + h * W);
 #pragma GCC unroll 8
           for (std::size_t r = 0; r < MR; ++r) {
-            const D k(batch(panel[cs[r] * NR]));
+            const D k = D(batch(panel[cs[r] * NR]));  // (not D k(batch(x)): a function declaration to clang)
             for (std::size_t h = 0; h < H; ++h) acc[h][r] = fmadd(ds[h], D(ext.term(D(q[h][r], one), k, cs[r])).d, acc[h][r]);
           }
         }

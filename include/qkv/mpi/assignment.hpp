@@ -62,9 +62,9 @@ inline assignment zigzag(std::size_t total, int p) {
 // (under such a window every row past the first window sees as many keys,
 // so consecutive rows are balanced already, and each rank's queries need
 // only its own and its predecessor's keys).
-inline bool balances_causal(const layout& lay, qkv::detail::key_bounds b) {
+inline bool balances_causal(const layout& lay, kernels::key_bounds b) {
   if (!b.causal || lay.size < 2) return false;
-  return b.left == qkv::detail::key_bounds::no_bound || b.left >= lay.keys() / static_cast<std::size_t>(lay.size);
+  return b.left == kernels::key_bounds::no_bound || b.left >= lay.keys() / static_cast<std::size_t>(lay.size);
 }
 
 // Rows that rank s holds under `from` and rank d under `to`: where the run

@@ -39,7 +39,7 @@ struct form_facts {
 };
 
 template <class Q, class K, class V>
-form_facts facts_of(const Q& q, const K& k, const V& v, qkv::detail::key_bounds b) {
+form_facts facts_of(const Q& q, const K& k, const V& v, kernels::key_bounds b) {
   form_facts f;
   f.same = {{"rank of Q", Q::rank},      {"leading extent of Q", q.b0}, {"heads of Q", q.b1},
             {"columns of Q (dk)", q.cols}, {"leading extent of K", k.b0}, {"heads of K", k.b1},

@@ -13,8 +13,8 @@
 // (mpi/assignment.hpp), moved there and back.
 #pragma once
 
-#include "../eval/part.hpp"
-#include "../eval/rebind.hpp"
+#include "../parts/part.hpp"
+#include "../parts/rebind.hpp"
 #include "assignment.hpp"
 #include "layout.hpp"
 #include "slab.hpp"
@@ -77,15 +77,15 @@ slab<S, R> moved(const slab<S, R>& s, const assignment& from, const assignment& 
 // queries see some of the slice it then holds. Under a causal window
 // shorter than a rank's share, that is 2 (its own slice and the previous
 // rank's), and the slices travel no further.
-inline int ring_steps(const layout& lay, const assignment& qa, const assignment& ka, qkv::detail::key_bounds b) {
+inline int ring_steps(const layout& lay, const assignment& qa, const assignment& ka, kernels::key_bounds b) {
   const int p = lay.size;
   int steps = 1;
   for (int r = 0; r < p; ++r)
     for (int t = steps; t < p; ++t)
       for (const row_range& q : qa.of[static_cast<std::size_t>(r)])
         for (const row_range& k : ka.of[static_cast<std::size_t>((r - t + p) % p)]) {
-          const auto x = qkv::detail::bounds_problem(b, q.size(), k.size(), {q.begin, k.begin, lay.queries(), lay.keys()});
-          if (kernels::bounds_keep_any(x, 0, q.size(), 0, k.size())) steps = t + 1;
+          const auto x = qkv::detail::part_bounds(b, q.size(), k.size(), {q.begin, k.begin, lay.queries(), lay.keys()});
+          if (kernels::sees_any(x, q.size(), k.size(), 0, q.size(), 0, k.size())) steps = t + 1;
         }
   return steps;
 }
@@ -99,7 +99,7 @@ qkv::detail::part_accumulator<compute_t<value_type_t<E>>> ring(const E& e, MPI_C
   auto q = slab_of<C>(qkv::detail::queries_of(e));
   auto k = slab_of<C>(qkv::detail::keys_of(e));
   auto v = slab_of<C>(qkv::detail::values_of(e));
-  const qkv::detail::key_bounds bounds = qkv::detail::chain_bounds(&e.lhs().arg());
+  const kernels::key_bounds bounds = qkv::detail::chain_bounds(&e.lhs().arg());
   const layout lay = agree(comm, "mpi::eval(e, comm)", facts_of(q, k, v, bounds), v.rows);
   const int r = lay.rank, p = lay.size;
   // The rows as given, and as computed.

@@ -1,6 +1,6 @@
 // The vector-Jacobian rules of the extension nodes, for gradient.hpp, node
 // by node as gradient_rules.hpp's are. The user's functors are
-// differentiated with dual numbers (storage/dual.hpp), one number at a time:
+// differentiated with dual numbers (numeric/dual.hpp), one number at a time:
 //   score_mod(S, f)       dS = G ∘ ∂f/∂s(S, i, j)   (0 where G is: masked)
 //   similarity(Q, K, f)   with Q̃ = f.queries(Q), K̃ = f.keys(K) (or Q, K):
 //                         dQ̃_ic = Σ_j G_ij ∂f/∂q(Q̃_ic, K̃_jc, c),
@@ -18,8 +18,8 @@
 #include "../expr/score_mod.hpp"
 #include "../expr/similarity.hpp"
 #include "../similarity/builtin.hpp"
-#include "../storage/dual.hpp"
-#include "gradient_rules.hpp"
+#include "../numeric/dual.hpp"
+#include "rules.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -44,7 +44,7 @@ template <class T, class S, class F, class... X>
 void backprop(const score_mod_expr<S, F>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
   static_assert(differentiable_modifier<F, T>,
                 "qkv: gradient(e, dO, wrt(X...)): score_mod's f cannot be differentiated: write it generically "
-                "(auto parameters, arithmetic, numbers of the element type and the functions of <qkv/storage/dual.hpp>)");
+                "(auto parameters, arithmetic, numbers of the element type and the functions of <qkv/numeric/dual.hpp>)");
   if (functor_reads_any(e.function(), acc.targets)) functor_constant("score_mod");
   if constexpr (differentiable_modifier<F, T>) {
     backprop_into(e.arg(), [&] {
@@ -65,7 +65,7 @@ template <class T, class Q, class K, class F, class... X>
 void backprop(const similarity_expr<Q, K, F>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
   static_assert(differentiable_term<F, T>,
                 "qkv: gradient(e, dO, wrt(X...)): the similarity's term cannot be differentiated: write it generically "
-                "(auto parameters, arithmetic, numbers of the element type and the functions of <qkv/storage/dual.hpp>)");
+                "(auto parameters, arithmetic, numbers of the element type and the functions of <qkv/numeric/dual.hpp>)");
   const F& f = e.function();
   const auto& qs = similarity_queries(f, e.lhs());
   const auto& ks = similarity_keys(f, e.rhs());

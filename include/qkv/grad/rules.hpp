@@ -26,13 +26,14 @@
 #include "../expr/softmax.hpp"
 #include "../expr/transpose.hpp"
 #include "../expr/window.hpp"
+#include "../eval/key_bounds_of.hpp"
 #include "../shape/check.hpp"
 #include "../similarity/builtin.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/aligned_buffer.hpp"
-#include "../storage/dual.hpp"
-#include "eval.hpp"
-#include "strategy.hpp"
+#include "../numeric/dual.hpp"
+#include "../eval/eval.hpp"
+#include "../eval/strategy.hpp"
 
 #include <array>
 #include <cmath>
@@ -332,15 +333,13 @@ grad_matrix<T> kept(const grad_matrix<T>& g, Keep keep) {
   return r;
 }
 
-template <class T, class S, class... X>
-void backprop(const causal_expr<S>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+// Causal and windows: G where the row sees the key (kernels/key_bounds.hpp).
+template <class T, class E, class... X>
+  requires sets_key_bounds<E>
+void backprop(const E& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  const kernels::key_bounds b = node_bounds(&e);
   const std::size_t n = e.rows(), m = e.cols();
-  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return j + n <= i + m; }); }, acc);
-}
-
-template <class T, class S, class... X>
-void backprop(const window_expr<S>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
-  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return e.keeps(i, j); }); }, acc);
+  backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return kernels::sees(b, n, m, i, j); }); }, acc);
 }
 
 template <class T, class S, class M, class... X>

@@ -3,11 +3,11 @@
 // the similarity's Q and K and the product's V replaced, the rest (scale,
 // causal, windows, predicates, modifiers, sinks, the slice's position) kept.
 // What computing a sequence in parts needs: the same form over each part's
-// rows (eval/part.hpp, <qkv/mpi.hpp>). A chain with a bias or a mask matrix,
+// rows (parts/part.hpp, <qkv/mpi.hpp>). A chain with a bias or a mask matrix,
 // whose n × m values belong to the whole, is not rebound (has_rebindable_form).
 #pragma once
 
-#include "fused.hpp"
+#include "../eval/fused.hpp"
 
 #include <type_traits>
 #include <utility>

@@ -2,7 +2,7 @@
 // batch. A functor written generically (auto parameters, the functions
 // below) computes its derivative when called on duals: f(dual{x, 1}).d is
 // f′(x). The backward of score_mod and of a user similarity term
-// (eval/gradient_extensions.hpp) differentiates the user's functor this way,
+// (grad/extensions.hpp) differentiates the user's functor this way,
 // so that nobody writes a derivative by hand.
 //
 // A dual is constructible from a number (decltype(s)(30)), as a batch is,

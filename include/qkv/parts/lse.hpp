@@ -15,7 +15,7 @@
 #include "../shape/shape_error.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/tensor.hpp"
-#include "eval.hpp"
+#include "../eval/eval.hpp"
 #include "part.hpp"
 
 #include <cmath>

@@ -11,7 +11,7 @@
 #include "../kernels/api.hpp"
 #include "../kernels/attention_backward_with.hpp"
 #include "../storage/aligned_buffer.hpp"
-#include "gradient_rules.hpp"
+#include "rules.hpp"
 
 #include <cmath>
 #include <cstddef>

@@ -20,12 +20,12 @@
 #include "../storage/aligned_buffer.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/tensor.hpp"
-#include "eval.hpp"
-#include "gradient_extensions.hpp"
-#include "gradient_fused.hpp"
-#include "gradient_rules.hpp"
-#include "slice.hpp"
-#include "strategy.hpp"
+#include "../eval/eval.hpp"
+#include "extensions.hpp"
+#include "fused.hpp"
+#include "rules.hpp"
+#include "../eval/slice.hpp"
+#include "../eval/strategy.hpp"
 
 #include <cstddef>
 #include <limits>

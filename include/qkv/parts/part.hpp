@@ -5,17 +5,17 @@
 // functors see the whole's indices (i + row_origin, j + key_origin) and a
 // key_aligned functor the whole's M − N. The parts' results, each with its
 // rows' log-sum-exp, merge into the whole's (merge_rows below, merge in
-// eval/lse.hpp): what splitting a sequence across processes needs
+// parts/lse.hpp): what splitting a sequence across processes needs
 // (<qkv/mpi.hpp>). A sink counts in one part only.
 #pragma once
 
 #include "../expr/key_aligned.hpp"
 #include "../kernels/key_bounds.hpp"
-#include "../storage/number_as.hpp"
-#include "batched.hpp"
-#include "cost.hpp"
-#include "fused.hpp"
-#include "slice.hpp"
+#include "../numeric/number_as.hpp"
+#include "../eval/batched.hpp"
+#include "../eval/cost.hpp"
+#include "../eval/fused.hpp"
+#include "../eval/slice.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -61,8 +61,8 @@ struct positioned_extension {
   }
 };
 
-// The diagonal shift that aligns an n × m part as the whole
-// (attention_problem::diagonal_shift).
+// The shift that aligns an n × m part's rows among its keys as the whole's
+// (kernels::key_bounds::shift).
 inline std::ptrdiff_t part_shift(std::size_t n, std::size_t m, const sequence_part& part) {
   if (part.rows == 0 && part.keys == 0) return 0;
   const auto whole = static_cast<std::ptrdiff_t>(part.keys) - static_cast<std::ptrdiff_t>(part.rows);
@@ -75,7 +75,7 @@ inline std::ptrdiff_t part_shift(std::size_t n, std::size_t m, const sequence_pa
 template <class P, class Ext>
 void place_part(P& p, Ext& ext, const sequence_part& part) {
   if (part.rows == 0 && part.keys == 0) return;
-  p.diagonal_shift = part_shift(p.q.rows, p.k.rows, part);
+  p.bounds.shift = part_shift(p.q.rows, p.k.rows, part);
   if constexpr (requires { ext.mod_f; }) {
     if (ext.mod_f) place_functor(*ext.mod_f, part.rows, part.keys);
   }
@@ -123,39 +123,29 @@ void attention_part(const E& e, T* out, std::size_t row_stride, T* stats, const 
   }
 }
 
-// Bounds b over n queries and m keys as a part, in a problem of those extents.
-inline kernels::attention_problem<float> bounds_problem(key_bounds b, std::size_t n, std::size_t m,
-                                                        const sequence_part& part) {
-  kernels::attention_problem<float> p;
-  p.q.rows = n, p.k.rows = m;
-  p.causal = b.causal, p.window_left = b.left, p.window_right = b.right;
-  p.diagonal_shift = part_shift(n, m, part);
-  return p;
+// Bounds b of n queries and m keys, as a part.
+inline kernels::key_bounds part_bounds(kernels::key_bounds b, std::size_t n, std::size_t m, const sequence_part& part) {
+  b.shift = part_shift(n, m, part);
+  return b;
 }
 template <class E>
-kernels::attention_problem<float> part_bounds(const E& e, const sequence_part& part) {
-  return bounds_problem(chain_bounds(&e.lhs().arg()), e.rows(), e.lhs().cols(), part);
+kernels::key_bounds part_bounds(const E& e, const sequence_part& part) {
+  return part_bounds(chain_bounds(&e.lhs().arg()), e.rows(), e.lhs().cols(), part);
 }
 
 // Whether the causal and window bounds of e, as a part, leave any of its
 // pairs visible: a part they empty need not be computed.
 template <class E>
 bool part_sees_any(const E& e, const sequence_part& part) {
-  const auto p = part_bounds(e, part);
-  return kernels::bounds_keep_any(p, 0, p.q.rows, 0, p.k.rows);
+  const std::size_t n = e.rows(), m = e.lhs().cols();
+  return kernels::sees_any(part_bounds(e, part), n, m, 0, n, 0, m);
 }
 
 // How many of one batch index's pairs of e, as a part, the bounds leave
 // visible (the work of computing it).
 template <class E>
 std::size_t part_pairs(const E& e, const sequence_part& part) {
-  const auto p = part_bounds(e, part);
-  std::size_t pairs = 0;
-  for (std::size_t i = 0; i < p.q.rows; ++i) {
-    const std::size_t a = kernels::key_begin(p, i), b = kernels::key_end(p, i);
-    pairs += b > a ? b - a : 0;
-  }
-  return pairs;
+  return kernels::visible_pairs(part_bounds(e, part), e.rows(), e.lhs().cols());
 }
 
 // The log-sum-exp of a row from its m and l.
