@@ -194,7 +194,8 @@ def machine_caption(m):
 def save(plt, fig, caption, path):
     # Below the axes; bbox_inches="tight" widens the picture to take it in.
     fig.text(0.01, -0.01, caption, ha="left", va="top", fontsize=8, color="0.3")
-    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.15, metadata={"Software": None})
+    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.15, metadata={"Software": None},
+                pil_kwargs={"optimize": True})
     plt.close(fig)
     print("wrote", path)
 
@@ -256,7 +257,7 @@ def tour_timing(plt, folder, outdir, caption, threads):
     line(left, ts, col("naive_ms"), "naive, 1 thread", color="C3")
     line(left, ts, col("fused_all_threads_ms"), f"fused, {threads} threads", color="C0", linestyle="--",
          markerfacecolor="white")
-    log_y(left, "ms (best of 5 up to T = 1024, then of 3)", subs=(1.0,))
+    log_y(left, "ms (best of 5 up to T = 1024, then of 3)")
     left.set_title("time")
     left.legend()
     line(middle, ts, [nv / f for f, nv in zip(col("fused_ms"), col("naive_ms"))], "naive's time over fused's",
