@@ -4,10 +4,9 @@
 // the bill of self-test (e), fused against naive timing, and
 // 2-byte inputs (the example in bf16 and f16, decoding from a 2-byte cache).
 //   tour                 print everything
-//   tour --svg DIR       also write pictures into DIR
+//   tour --csv DIR       also write the pictures' data into DIR, as CSV files
+//                        (bench/plot.py --tour DIR draws them)
 //   tour --max-t N       time sequence lengths up to N only (default 4096)
-#include "svg.hpp"
-
 #include <qkv/qkv.hpp>
 
 #include <unistd.h>
@@ -18,6 +17,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <utility>
@@ -28,6 +29,77 @@ using namespace qkv;
 namespace {
 
 using dmat = matrix<double, dyn, dyn>;
+
+// One CSV file of the pictures' data: the header line, then what the caller
+// prints into get(); closing it says where it went.
+class csv_file {
+ public:
+  csv_file(const char* dir, const char* name, const char* header)
+      : path_(std::string(dir) + "/" + name), f_(std::fopen(path_.c_str(), "w")) {
+    if (f_ == nullptr) {
+      std::fprintf(stderr, "tour: cannot write %s\n", path_.c_str());
+      std::exit(1);
+    }
+    std::fprintf(f_, "%s\n", header);
+  }
+  csv_file(const csv_file&) = delete;
+  csv_file& operator=(const csv_file&) = delete;
+  ~csv_file() {
+    std::fclose(f_);
+    std::printf("  wrote %s\n", path_.c_str());
+  }
+  std::FILE* get() const { return f_; }
+
+ private:
+  std::string path_;
+  std::FILE* f_;
+};
+
+// A CSV field in quotes, its own quotes doubled.
+std::string csv_field(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? "\"\"" : std::string(1, c);
+  return q + "\"";
+}
+
+// The CPU's name as Linux reports it ("model name" on x86, "Model" on some
+// Arm boards), or "unknown".
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) != 0 && line.rfind("Model", 0) != 0) continue;
+    const std::size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::size_t start = line.find_first_not_of(" \t", colon + 1);
+    if (start != std::string::npos) return line.substr(start);
+  }
+  return "unknown";
+}
+
+// What the pictures were measured on: the CPU, the kernels, the threads and
+// the build.
+void write_machine(const char* dir) {
+#if defined(__clang__)
+  const std::string compiler = "Clang " __clang_version__;
+#elif defined(__GNUC__)
+  const std::string compiler = "GCC " __VERSION__;
+#else
+  const std::string compiler = "unknown compiler";
+#endif
+#ifdef __OPTIMIZE__
+  std::string build = "optimised";
+#else
+  std::string build = "not optimised";
+#endif
+#ifdef NDEBUG
+  build += ", NDEBUG";
+#else
+  build += ", assertions on";
+#endif
+  const csv_file out(dir, "machine.csv", "key,value");
+  std::fprintf(out.get(), "cpu,%s\narch,%s\nthreads,%zu\ncompiler,%s\nbuild,%s\n", csv_field(cpu_name()).c_str(),
+               csv_field(active_arch()).c_str(), threads(), csv_field(compiler).c_str(), csv_field(build).c_str());
+}
 
 template <class M>
 void print_row(const char* label, const M& m, std::size_t row = 0) {
@@ -89,7 +161,7 @@ std::pair<double, double> concentration(const dmat& p) {
   return {top / double(p.rows()), entropy / double(p.rows())};
 }
 
-void variance_argument(const char* svg_dir) {
+void variance_argument(const char* csv_dir) {
   constexpr std::size_t n = 256;
   std::printf("\n§4  Why divide by sqrt(d_k): %zu queries against %zu keys, coordinates N(0, 1)\n", n, n);
   std::printf("  (a uniform row of %zu weights has largest weight %.4f and entropy ln %zu = %.2f nats)\n", n, 1.0 / n,
@@ -97,6 +169,7 @@ void variance_argument(const char* svg_dir) {
   std::printf("  %5s | %9s %12s | %-25s | %-21s\n", "d_k", "std(qk)", "std(qk/sqrt)", "largest weight raw/scaled",
               "entropy raw/scaled");
   std::mt19937_64 gen(2017);
+  std::vector<std::string> weights;  // d_k = 64's first 24 queries against the first 24 keys, raw and scaled
   for (std::size_t dk : {2, 8, 64, 512}) {
     const dmat Q = normal(n, dk, 1, gen), K = normal(n, dk, 1, gen);
     const double s = std::sqrt(double(dk));
@@ -105,18 +178,22 @@ void variance_argument(const char* svg_dir) {
     const auto [top_scaled, h_scaled] = concentration(eval(softmax(Q * transpose(K) / s)));
     std::printf("  %5zu | %9.3f %12.3f | %11.3f / %-11.3f | %9.2f / %-9.2f   (sqrt(d_k) = %.2f)\n", dk, std_dev(raw),
                 std_dev(scaled), top_raw, top_scaled, h_raw, h_scaled, s);
-    if (svg_dir != nullptr && dk == 64) {
+    if (csv_dir != nullptr && dk == 64) {
       for (bool with_scale : {false, true}) {
         const dmat p = with_scale ? eval(softmax(Q * transpose(K) / s)) : eval(softmax(Q * transpose(K)));
-        constexpr std::size_t k = 24;
-        std::vector<double> w(k * k);
-        for (std::size_t i = 0; i < k; ++i)
-          for (std::size_t j = 0; j < k; ++j) w[i * k + j] = p(i, j) * 8;  // ×8: small weights stay visible
-        const std::string path = std::string(svg_dir) + (with_scale ? "/weights_scaled.svg" : "/weights_raw.svg");
-        tour::heatmap_svg(path, with_scale ? "softmax(QK^T/8), d_k = 64: 24×24 weights (×8)" : "softmax(QK^T), d_k = 64: 24×24 weights (×8)", w, k, k);
-        std::printf("        wrote %s\n", path.c_str());
+        char line[96];
+        for (std::size_t i = 0; i < 24; ++i)
+          for (std::size_t j = 0; j < 24; ++j) {
+            std::snprintf(line, sizeof line, "%zu,%zu,%s,%zu,%zu,%.6e", dk, n, with_scale ? "scaled" : "raw", i, j,
+                          p(i, j));
+            weights.emplace_back(line);
+          }
       }
     }
+  }
+  if (csv_dir != nullptr) {
+    const csv_file out(csv_dir, "weights.csv", "d_k,keys,scale,query,key,weight");
+    for (const std::string& line : weights) std::fprintf(out.get(), "%s\n", line.c_str());
   }
   std::printf("  Unscaled, the scores spread as sqrt(d_k) and each row locks onto one key; scaled, they\n"
               "  keep unit variance and the weights stay spread out for every d_k.\n");
@@ -150,13 +227,13 @@ std::pair<double, double> losers(const dmat& s, const dmat& ds) {
 }
 
 // §4(a): what backprop sends to the keys that lost, and self-test (b).
-void gradient_argument(const char* svg_dir) {
+void gradient_argument(const char* csv_dir) {
   constexpr std::size_t n = 256, dv = 8;
   std::printf("\n§4(a)  The gradient that reaches the losing keys: %zu queries, %zu keys, coordinates N(0, 1), dO N(0, 1)\n", n, n);
   std::printf("  dS = gradient(softmax(S) * V, dO, wrt(S)); per row, the mass sum_{j != winner} |dS_ij|\n");
   std::printf("  %5s | %-25s | %-28s\n", "d_k", "median mass raw / scaled", "rows below 1e-6 raw / scaled");
   std::mt19937_64 gen(1905);
-  std::vector<double> dks, raw_mass, scaled_mass;
+  std::vector<std::string> rows;
   for (std::size_t dk : {2, 8, 64, 512}) {
     const dmat Q = normal(n, dk, 1, gen), K = normal(n, dk, 1, gen), V = normal(n, dv, 1, gen), dO = normal(n, dv, 1, gen);
     const dmat raw = eval(Q * transpose(K)), scaled = eval(Q * transpose(K) / std::sqrt(double(dk)));
@@ -166,13 +243,15 @@ void gradient_argument(const char* svg_dir) {
     const auto [mass_scaled, dead_scaled] = losers(scaled, d_scaled);
     std::printf("  %5zu | %10.3g / %-12.3g | %10.0f %% / %.0f %%\n", dk, mass_raw, mass_scaled, 100 * dead_raw,
                 100 * dead_scaled);
-    dks.push_back(double(dk)), raw_mass.push_back(mass_raw), scaled_mass.push_back(mass_scaled);
+    char line[128];
+    std::snprintf(line, sizeof line, "%zu,%zu,%.6e,%.6e,%.4f,%.4f", dk, n, mass_raw, mass_scaled, dead_raw,
+                  dead_scaled);
+    rows.emplace_back(line);
   }
-  if (svg_dir != nullptr) {
-    const std::string path = std::string(svg_dir) + "/gradient_to_losing_keys.svg";
-    tour::line_chart_svg(path, "gradient reaching the keys that lost a row (median over 256 rows)", "mass", dks,
-                         {{"scaled", "#1f77b4", scaled_mass}, {"raw", "#d62728", raw_mass}}, "d_k");
-    std::printf("  wrote %s\n", path.c_str());
+  if (csv_dir != nullptr) {
+    const csv_file out(csv_dir, "gradient.csv",
+                       "d_k,rows,median_mass_raw,median_mass_scaled,share_below_1e-6_raw,share_below_1e-6_scaled");
+    for (const std::string& line : rows) std::fprintf(out.get(), "%s\n", line.c_str());
   }
   std::printf("  Unscaled, the softmax saturates as d_k grows: the keys that lost a row get almost no gradient\n"
               "  from it. Scaled, the mass stays of one size for every d_k, and every key keeps learning.\n");
@@ -224,14 +303,14 @@ double best_ms(F f, int runs) {
   return best;
 }
 
-void timing(const char* svg_dir, std::size_t max_t) {
+void timing(const char* csv_dir, std::size_t max_t) {
   const std::size_t all_threads = threads();
   std::printf("\nFused against naive: softmax(Q K^T / sqrt(64)) V, n = m = T, d = 64, float, one thread, %s kernels\n"
               "(and fused on all %zu threads)\n",
               active_arch(), all_threads);
   std::printf("  %6s %12s %12s %9s %16s %16s %14s\n", "T", "fused ms", "naive ms", "speed-up", "fused MiB", "naive MiB",
               "fused, all ms");
-  std::vector<double> ts, fused_ms, naive_ms, fused_mib, naive_mib;
+  std::vector<std::string> rows;
   std::mt19937_64 gen(7);
   for (std::size_t T : {256, 512, 1024, 2048, 4096}) {
     if (T > max_t) break;
@@ -253,17 +332,14 @@ void timing(const char* svg_dir, std::size_t max_t) {
     const cost_estimate c = cost(e);
     std::printf("  %6zu %12.3f %12.3f %8.2fx %16.2f %16.2f %14.3f\n", T, f, nv, nv / f, c.fused_bytes / 1048576.0,
                 c.naive_bytes / 1048576.0, fa);
-    ts.push_back(double(T)), fused_ms.push_back(f), naive_ms.push_back(nv);
-    fused_mib.push_back(c.fused_bytes / 1048576.0), naive_mib.push_back(c.naive_bytes / 1048576.0);
+    char line[160];
+    std::snprintf(line, sizeof line, "%zu,64,%d,%.6f,%.6f,%.6f,%.4f,%.4f", T, runs, f, nv, fa,
+                  c.fused_bytes / 1048576.0, c.naive_bytes / 1048576.0);
+    rows.emplace_back(line);
   }
-  if (svg_dir != nullptr) {
-    const std::string path = std::string(svg_dir) + "/fused_vs_naive.svg";
-    tour::line_chart_svg(path, "softmax(QK^T/8)V, d = 64: time (best of 3 or 5)", "ms", ts,
-                         {{"fused", "#1f77b4", fused_ms}, {"naive", "#d62728", naive_ms}});
-    const std::string mem = std::string(svg_dir) + "/fused_vs_naive_memory.svg";
-    tour::line_chart_svg(mem, "softmax(QK^T/8)V, d = 64: memory beyond inputs and output", "MiB", ts,
-                         {{"fused", "#1f77b4", fused_mib}, {"naive", "#d62728", naive_mib}});
-    std::printf("  wrote %s\n  wrote %s\n", path.c_str(), mem.c_str());
+  if (csv_dir != nullptr) {
+    const csv_file out(csv_dir, "timing.csv", "T,d,runs,fused_ms,naive_ms,fused_all_threads_ms,fused_mib,naive_mib");
+    for (const std::string& line : rows) std::fprintf(out.get(), "%s\n", line.c_str());
   }
 }
 
@@ -323,23 +399,31 @@ void two_byte(std::size_t max_t) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const char* svg_dir = nullptr;
+  const char* csv_dir = nullptr;
   std::size_t max_t = 4096;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--svg") == 0 && i + 1 < argc) {
-      svg_dir = argv[++i];
+    if (std::strcmp(argv[i], "--csv") == 0 && i + 1 < argc) {
+      csv_dir = argv[++i];
     } else if (std::strcmp(argv[i], "--max-t") == 0 && i + 1 < argc) {
       max_t = std::strtoul(argv[++i], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: tour [--svg DIR] [--max-t N]\n");
+      std::fprintf(stderr, "usage: tour [--csv DIR] [--max-t N]\n");
       return 2;
     }
   }
+  if (csv_dir != nullptr) {
+    std::error_code error;
+    std::filesystem::create_directories(csv_dir, error);  // a failure shows when the first file is opened
+  }
   worked_example();
-  variance_argument(svg_dir);
-  gradient_argument(svg_dir);
+  variance_argument(csv_dir);
+  gradient_argument(csv_dir);
   bill();
-  timing(svg_dir, max_t);
+  timing(csv_dir, max_t);
   two_byte(max_t);
+  if (csv_dir != nullptr) {
+    std::printf("\n");
+    write_machine(csv_dir);
+  }
   std::printf("\nkernels: %s\n", active_arch());
 }

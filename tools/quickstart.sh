@@ -2,14 +2,21 @@
 # Installs what is missing (Debian 12 packages), builds, and runs either the
 # worked example or the whole test suite.
 #   tools/quickstart.sh example    build and run the tour (examples/tour.cpp)
+#   tools/quickstart.sh example --plots
+#                                  the same, and draw its pictures (PNG, with
+#                                  matplotlib) into build/tour
 #   tools/quickstart.sh test       build and run every test (what CI runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+usage() { echo "usage: tools/quickstart.sh example [--plots] | test" >&2; exit 2; }
 what=${1:-}
+plots=no
 case "$what" in
-  example | test) ;;
-  *) echo "usage: tools/quickstart.sh example|test" >&2; exit 2 ;;
+  example)
+    if [ "${2:-}" = --plots ]; then plots=yes; elif [ $# -gt 1 ]; then usage; fi ;;
+  test) ;;
+  *) usage ;;
 esac
 
 packages=(cmake make g++ libxsimd-dev libboost-dev)
@@ -22,6 +29,8 @@ if [ "$what" = test ]; then
   packages+=(catch2 clang qemu-user libopenmpi-dev openmpi-bin)
   [ "$(uname -m)" = x86_64 ] && packages+=(g++-aarch64-linux-gnu)
 fi
+# The tour's pictures: bench/plot.py, run by Debian's python3.
+[ "$plots" = no ] || packages+=(python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
@@ -39,7 +48,12 @@ jobs=$(nproc 2>/dev/null || echo 2)
 if [ "$what" = example ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQKV_BUILD_TESTS=OFF -DQKV_BUILD_EXAMPLES=ON >/dev/null
   cmake --build "$build" -j "$jobs" --target tour
-  "$build/examples/tour"
+  if [ "$plots" = yes ]; then
+    "$build/examples/tour" --csv "$build/tour"
+    /usr/bin/python3 bench/plot.py --tour "$build/tour"
+  else
+    "$build/examples/tour"
+  fi
 else
   # Each stage says how long it took: the whole run is meant to stay near 25 minutes.
   stage_start=$SECONDS
