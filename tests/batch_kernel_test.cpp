@@ -129,7 +129,7 @@ TEST_CASE("a batch of heads equals its problems one by one bit for bit on 1 2 an
     x.q = dense<float>(n, d);
     x.out = dense<float>(n, d);
     rng.fill(x.q, -2, 2);
-    x.bounds.causal = h % 2 == 1;
+    x.causal = h % 2 == 1;
     if (h % 3 == 2) {
       x.mask = dense<bool>(n, m);
       for (std::size_t i = 0; i < n; ++i)
