@@ -666,7 +666,13 @@ struct similarity_case {
 
 template <class T, bool Builtin>
 void check_similarity_of(const similarity_case& c) {
-  const auto [k, n, m, d, dv, vars, seed, range, compare_to_naive] = c;
+  // (copies, not a structured binding: clang 14 cannot capture one in a lambda)
+  const kind k = c.k;
+  const std::size_t n = c.n, m = c.m, d = c.d, dv = c.dv;
+  const std::initializer_list<variant> vars = c.vars;
+  const std::uint32_t seed = c.seed;
+  const double range = c.range;
+  const bool compare_to_naive = c.compare_to_naive;
   if (test::emulation_skips(n, m, d, dv)) return;
   const std::size_t dk = asymmetric(k) ? d + 3 : d;
   inputs<T> in(n, m, d, dk, dv, seed, range);

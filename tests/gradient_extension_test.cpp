@@ -154,7 +154,7 @@ struct operands {
 
 TEST_CASE("score_mod's gradient, through the user's functor, agrees with central differences", "[gradient][score_mod]") {
   operands x(9, 13, 5, 3, 21);
-  auto& [Q, K, V, dO] = x;
+  dmat &Q = x.Q, &K = x.K, &V = x.V, &dO = x.dO;  // (references, not a structured binding: clang 14 cannot capture one)
   const auto cap = [](auto s, auto, auto) { using std::tanh; return 2.0 * tanh(s / 2.0); };
   const auto alibi = [](auto s, auto i, auto j) { return s - 0.25 * (i - j); };
   // causal around the modifier, as the fused form has it; and n ≠ m.
@@ -174,7 +174,7 @@ TEST_CASE("score_mod's gradient, through the user's functor, agrees with central
 
 TEST_CASE("user similarity terms differentiate themselves, with and without the component index", "[gradient][similarity]") {
   operands x(7, 11, 6, 4, 5);
-  auto& [Q, K, V, dO] = x;
+  dmat &Q = x.Q, &K = x.K, &V = x.V, &dO = x.dO;  // (references, not a structured binding: clang 14 cannot capture one)
   // The data keep |q − k| ≥ 1e-3, away from the kink of |·|.
   for (std::size_t i = 0; i < Q.rows(); ++i)
     for (std::size_t j = 0; j < K.rows(); ++j)
@@ -200,7 +200,7 @@ TEST_CASE("user similarity terms differentiate themselves, with and without the 
 
 TEST_CASE("the built-in similarities' gradients, their weights included, agree with central differences", "[gradient][similarity]") {
   operands x(8, 10, 5, 3, 17);
-  auto& [Q, K, V, dO] = x;
+  dmat &Q = x.Q, &K = x.K, &V = x.V, &dO = x.dO;  // (references, not a structured binding: clang 14 cannot capture one)
   ref::rng rng(3);
   SECTION("bilinear: Q, K and W") {
     dmat W(5, 5);

@@ -41,9 +41,11 @@ struct in_window {
 TEMPLATE_TEST_CASE("gradients through window(S, left, right) and softmax(S, sink), against the reference",
                    "[gradient][window][sink]", float, double) {
   using T = TestType;
-  const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>(
+  const auto [n_, m_, dk_, dv_] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>(
       {{1, 40, 8, 8}, {33, 70, 17, 9}, {70, 33, 16, 24}, {67, 130, 33, 17}, {4, 300, 16, 16}}));
-  const auto [left, right] = GENERATE(table<std::size_t, std::size_t>({{10, 0}, {3, 5}, {0, 0}}));
+  const std::size_t n = n_, m = m_, dk = dk_, dv = dv_;  // (clang 14 captures no structured binding)
+  const auto [left_, right_] = GENERATE(table<std::size_t, std::size_t>({{10, 0}, {3, 5}, {0, 0}}));
+  const std::size_t left = left_, right = right_;  // (clang 14 captures no structured binding)
   const T sigma = GENERATE(-std::numeric_limits<T>::infinity(), T(0.5));
   INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", left = " << left << ", right = " << right
               << ", sink = " << sigma);

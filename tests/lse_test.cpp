@@ -45,7 +45,8 @@ std::vector<double> reference_lse(const fmat& Q, const fmat& K, double c, Keep k
 }  // namespace
 
 TEST_CASE("eval_with_lse: O is eval(e)'s, L each row's log-sum-exp, -inf for a row that sees nothing", "[lse]") {
-  const auto [n, m, d] = GENERATE(table<std::size_t, std::size_t, std::size_t>({{1, 1, 1}, {7, 13, 5}, {70, 33, 64}, {67, 130, 33}}));
+  const auto [n_, m_, d_] = GENERATE(table<std::size_t, std::size_t, std::size_t>({{1, 1, 1}, {7, 13, 5}, {70, 33, 64}, {67, 130, 33}}));
+  const std::size_t n = n_, m = m_, d = d_;  // (clang 14 captures no structured binding)
   INFO("n = " << n << ", m = " << m << ", d = " << d);
   ref::rng rng(static_cast<std::uint32_t>(n + 3 * m));
   fmat Q(n, d), K(m, d), V(m, d);

@@ -132,7 +132,7 @@ TEST_CASE("a predicate that masks everything gives zeros and a lambda predicate 
   CHECK(S(1, 0) != -std::numeric_limits<float>::infinity());
   // A lambda with captures, as a sliding window.
   const std::size_t w = 16;
-  const auto band = [w](std::size_t i, std::size_t j) { return j <= i + 530 && i + 530 - j < w; };
+  const auto band = [w = w](std::size_t i, std::size_t j) { return j <= i + 530 && i + 530 - j < w; };
   const window_t same{70, 600, 16};
   CHECK(same_bits(eval(softmax(masked(in.Q * transpose(in.K), band)) * in.V, fused),
                   eval(softmax(masked(in.Q * transpose(in.K), same)) * in.V, fused)));

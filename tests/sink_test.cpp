@@ -73,7 +73,8 @@ void check_sink(const A& got_naive, const B& got_fused, const scores& sc, const 
 
 TEMPLATE_TEST_CASE("softmax(S, sink) with a number: naive and fused against the reference", "[sink]", float, double) {
   using T = TestType;
-  const auto [n, m] = GENERATE(table<std::size_t, std::size_t>({{1, 1}, {1, 300}, {4, 300}, {37, 53}, {130, 257}, {70, 5000}}));
+  const auto [n_, m_] = GENERATE(table<std::size_t, std::size_t>({{1, 1}, {1, 300}, {4, 300}, {37, 53}, {130, 257}, {70, 5000}}));
+  const std::size_t n = n_, m = m_;  // (clang 14 captures no structured binding)
   const T sigma = GENERATE(T(-2), T(1.5), T(40));  // below, among and far above the scores
   if (test::emulation_skips(n, m, 24, 20)) return;
   INFO("n = " << n << ", m = " << m << ", sink = " << sigma << ", " << type_name(T()) << ", kernels " << active_arch());
@@ -116,7 +117,8 @@ TEMPLATE_TEST_CASE("softmax(S, sink) with a number: naive and fused against the 
 TEST_CASE("softmax(S, sinks) per head on rank-4 tensors: each head with its own number", "[sink][tensor]") {
   constexpr std::size_t d = 16;
   // {70, 30}: causal with n > m, the first 40 rows of every head see nothing.
-  const auto [n, m] = GENERATE(table<std::size_t, std::size_t>({{70, 300}, {3, 130}, {1, 50}, {70, 30}}));
+  const auto [n_, m_] = GENERATE(table<std::size_t, std::size_t>({{70, 300}, {3, 130}, {1, 50}, {70, 30}}));
+  const std::size_t n = n_, m = m_;  // (clang 14 captures no structured binding)
   const std::size_t B = 2, H = 4, Hk = 2;
   INFO("n = " << n << ", m = " << m);
   ref::rng rng(std::uint32_t(n + m));

@@ -23,10 +23,10 @@ packages=(cmake make g++ libxsimd-dev libboost-dev)
 # The tests also need Catch2, qemu-user to run the dispatch on emulated CPUs,
 # OpenMPI for qkv::mpi (run under mpirun), and on x86-64 the AArch64 cross
 # compiler, to test the NEON kernels under qemu.
-# clang (Debian 12's clang 14) builds the sanitizer run, so that both
+# clang (Debian 12's clang 14, with its sanitizer runtime) builds the sanitizer run, so that both
 # compilers build and pass every test.
 if [ "$what" = test ]; then
-  packages+=(catch2 clang qemu-user libopenmpi-dev openmpi-bin)
+  packages+=(catch2 clang libclang-rt-14-dev qemu-user libopenmpi-dev openmpi-bin)
   [ "$(uname -m)" = x86_64 ] && packages+=(g++-aarch64-linux-gnu)
 fi
 # The tour's pictures: bench/plot.py, run by Debian's python3.
