@@ -22,6 +22,7 @@
 #include "attention_problem.hpp"
 #include "blocking.hpp"
 #include "online_softmax.hpp"
+#include "prefill_loop.hpp"
 #include "register_tile.hpp"
 #include "score_transform.hpp"
 #include "term_tile.hpp"
@@ -70,80 +71,63 @@ struct attention_prefill {
 
   // Query block b (rows [b·BR, (b + 1)·BR)); ext holds the user's functors.
   static void block(const attention_problem<T>& p, const T* shared, std::size_t b, T* scratch, const Ext& ext) {
-    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
-    const std::size_t i0 = b * BR, dvp = blocking::round_up(dv, NR);
-    const T* kp = shared;
-    const T* vp = kp + B.packed_k_size(m, dk);
-    const T* not_finite = vp + B.packed_v_size(m, dv);
-    T* s = scratch;
-    T* o = s + aligned(BR * BC);
-    T* row_m = o + aligned(BR * dvp);
-    T* row_l = row_m + aligned(BR);
-    alignas(64) T maxima[BR * W];
-    const std::size_t kb = B.key_block(dk, dv);
-    const std::size_t br = min(BR, n - i0);
-    // A sink is the first term of every row's maximum and sum.
-    for (std::size_t r = 0; r < br; ++r) row_m[r] = p.sink, row_l[r] = p.sink == softmax::neg_inf ? T(0) : T(1);
-    for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = T(0);
-    // The last row sees the most keys, the first the earliest (a window's);
-    // the blocks start at a panel boundary.
-    const std::size_t j_end = scores::key_end(p, i0 + br - 1);
-    const std::size_t j_begin = scores::key_begin(p, i0) / NR * NR;
+    prefill_loop<attention_prefill>::block(p, shared, b, scratch, ext);
+  }
 
-    for (std::size_t jb = j_begin; jb < j_end; jb += kb) {
-      const auto [j0, j1] = scores::kept_keys(p, ext, i0, br, jb, min(kb, j_end - jb), B.mask_stretch);
-      if (j0 == j1) continue;
-      const std::size_t bc = j1 - j0;
-      // Keys [first, keys) of the block each strip of MR rows sees: on the
-      // causal diagonal fewer than bc, none for strips above it, and from a
-      // panel boundary for a window's later strips. Outside them nothing is
-      // computed, weighed or summed (rows of a strip that see fewer keys
-      // are masked by apply, as anywhere else).
-      std::size_t keys[BR / MR] = {}, first[BR / MR] = {};
-      strip_keys(p.bounds, n, m, i0, br, j0, bc, MR, NR, first, keys);
+  // The float tiles, as prefill_loop.hpp asks of a tile policy.
+  using value_type = T;
+  static constexpr blocking sizes = B;
+  using block_state = prefill_block<T, B>;
+  struct packed {
+    const T* kp;          // K by panels of NR keys, dk deep
+    const T* vp;          // V by panels of NR columns
+    const T* not_finite;  // a flag a value row: 1 where it holds ±∞ or NaN
+    std::size_t m;
+  };
+  static packed operands(const attention_problem<T>& p, const T* shared, std::size_t, std::size_t) {
+    const std::size_t m = p.k.rows;
+    const T* vp = shared + B.packed_k_size(m, p.q.cols);
+    return {shared, vp, vp + B.packed_v_size(m, p.v.cols), m};
+  }
 
-      // Scores of the block; rows past br read the last row again and are
-      // ignored. Whole panels keep their rows' maxima (lane-wise, in maxima).
-      // A strip whose rows already have a maximum, and whose scores nothing
-      // changes, gets its weights from the tiles (weights_tile.hpp).
-      for (std::size_t x = 0; x < BR * W; ++x) maxima[x] = softmax::neg_inf;
-      bool weighed[BR / MR];
-      for (std::size_t ir = 0; ir < br; ir += MR) {
-        const T* rows[MR];
-        for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(i0 + ir + r, n - 1), 0);
-        weighed[ir / MR] = weighs_in_tiles(p, i0, br, ir, j0 + first[ir / MR], keys[ir / MR] - first[ir / MR], row_m) &&
-                           weigh_strip(p, rows, kp, j0, ir, br, first[ir / MR], keys[ir / MR], s, maxima, row_m, row_l,
-                                       o, dvp);
-        if (weighed[ir / MR]) continue;
-        for (std::size_t jr = first[ir / MR]; jr < keys[ir / MR]; jr += NR) {
-          if constexpr (extension_traits<Ext, T>::has_term) {
-            term_tile<Arch, T, Ext>::run(ext, dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, NR);
-          } else if (jr + NR <= keys[ir / MR]) {
-            tile::template run_keeping_max<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, maxima + ir * W);
-          } else {
-            tile::template run<1>(dk, rows, kp + (j0 + jr) * dk, s + ir * BC + jr, BC, MR, NR, false);
-          }
-        }
+  // Strip ir's scores, on the register tile (or the user's term tile). A
+  // strip whose rows already have a maximum, and whose scores nothing
+  // changes, gets its weights from the tiles (weights_tile.hpp): true.
+  static bool strip_scores(const attention_problem<T>& p, const packed& ops, const Ext& ext, block_state& x,
+                           std::size_t ir) {
+    const std::size_t n = p.q.rows, dk = p.q.cols, first = x.first[ir / MR], keys = x.keys[ir / MR];
+    const T* rows[MR];
+    for (std::size_t r = 0; r < MR; ++r) rows[r] = p.q.ptr(min(x.i0 + ir + r, n - 1), 0);
+    if (weighs_in_tiles(p, x.i0, x.br, ir, x.j0 + first, keys - first, x.row_m) &&
+        weigh_strip(p, rows, ops.kp, x.j0, ir, x.br, first, keys, x.s, x.maxima, x.row_m, x.row_l, x.o, x.dvp))
+      return true;
+    for (std::size_t jr = first; jr < keys; jr += NR) {
+      T* c = x.s + ir * BC + jr;
+      const T* panel = ops.kp + (x.j0 + jr) * dk;
+      if constexpr (extension_traits<Ext, T>::has_term) {
+        term_tile<Arch, T, Ext>::run(ext, dk, rows, panel, c, BC, NR);
+      } else if (jr + NR <= keys) {
+        tile::template run_keeping_max<1>(dk, rows, panel, c, BC, x.maxima + ir * W);
+      } else {
+        tile::template run<1>(dk, rows, panel, c, BC, MR, NR, false);
       }
-      // Weights, in place. Where apply leaves a row's scores as they are, the
-      // maxima of its whole panels spare the softmax a pass over them.
-      for (std::size_t r = 0; r < br; ++r) {
-        const std::size_t from = first[r / MR], count = keys[r / MR] - from;
-        if (count == 0 || weighed[r / MR]) continue;
-        T* u = s + r * BC + from;
-        const T a = scores::apply(p, i0 + r, j0 + from, count, u, ext);
-        const std::size_t full = count / NR * NR;  // whole panels: a causal cut past them masks only the tail
-        const std::size_t known =
-            extension_traits<Ext, T>::has_term || !scores::leaves(p, i0 + r, j0 + from, full) ? 0 : full;
-        const T known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
-        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known);
-      }
-      if (none_set(not_finite + j0, bc)) weigh_values(s, br, first, keys, vp + j0 * NR, m, o, dvp);
-      else weigh_values_skipping_zeros(s, br, first, keys, vp + j0 * NR, m, o, dvp);
     }
-    for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
-    if (p.row_stats != nullptr)
-      for (std::size_t r = 0; r < br; ++r) p.row_stats[2 * (i0 + r)] = row_m[r], p.row_stats[2 * (i0 + r) + 1] = row_l[r];
+    return false;
+  }
+
+  // Row r's weights from its scores, by the online softmax.
+  static void step(const packed&, block_state& x, std::size_t r, std::size_t from, std::size_t count, T a,
+                   T known_max, std::size_t known) {
+    softmax::step(x.s + r * BC + from, count, a, x.row_m[r], x.row_l[r], x.o + r * x.dvp, x.dvp, known_max, known);
+  }
+
+  // o += the block's weights · values; skipping zero weights where a value
+  // row is not finite.
+  static void values(const packed& ops, block_state& x) {
+    if (none_set(ops.not_finite + x.j0, x.bc))
+      weigh_values(x.s, x.br, x.first, x.keys, ops.vp + x.j0 * NR, ops.m, x.o, x.dvp);
+    else
+      weigh_values_skipping_zeros(x.s, x.br, x.first, x.keys, ops.vp + x.j0 * NR, ops.m, x.o, x.dvp);
   }
 
  private:

@@ -23,6 +23,7 @@
 #include "../numeric/float16.hpp"
 #include "attention_prefill.hpp"
 #include "bf16_pairs.hpp"
+#include "prefill_loop.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -142,73 +143,71 @@ struct attention_prefill_bf16 {
   }
 
   static void block(const attention_problem<float>& p, const float* shared, std::size_t b, float* scratch) {
-    const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
-    const float* flags = shared + B.packed_k_size(m, dk) + B.packed_v_size(m, dv);
+    const std::size_t m = p.k.rows;
+    const float* flags = shared + B.packed_k_size(m, p.q.cols) + B.packed_v_size(m, p.v.cols);
     if (m == 0 || flags[0] < 2.0f) return float_prefill::block(p, shared, b, scratch, no_extension{});
-    const std::size_t i0 = b * BR, dvp = blocking::round_up(dv, NR), dkp = pairs(dk), mp = pairs(m);
-    const auto* kw = reinterpret_cast<const std::uint32_t*>(shared);
-    const auto* vw = reinterpret_cast<const std::uint32_t*>(shared + B.packed_k_size(m, dk));
-    float* s = scratch;
-    float* o = s + B.aligned(BR * BC);
-    float* row_m = o + B.aligned(BR * dvp);
-    float* row_l = row_m + B.aligned(BR);
-    // The block's queries and weights as pairs, per thread.
+    prefill_loop<attention_prefill_bf16>::block(p, shared, b, scratch, no_extension{});
+  }
+
+  // The pair tiles, as prefill_loop.hpp asks of a tile policy.
+  using value_type = float;
+  using block_state = prefill_block<float, B>;
+  struct packed {
+    const std::uint32_t* kw;  // K by panels of NR keys, in pairs of columns
+    const std::uint32_t* vw;  // V by panels of NR columns, in pairs of rows
+    const float* flags;       // a flag a value row: 3 where it holds ±∞ or NaN, else 2
+    std::uint32_t* qw;        // the block's queries as pairs, a row dkp words apart
+    std::uint32_t* pw;        // the block's weights as pairs, a row BC / 2 words apart
+    std::size_t m, dv;
+  };
+  // The packed K and V, and the block's queries as pairs (in the calling
+  // thread's scratch, with room for the weights').
+  static packed operands(const attention_problem<float>& p, const float* shared, std::size_t i0, std::size_t br) {
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols, dkp = pairs(dk);
     const std::size_t q_words = blocking::round_up(BR * dkp, 16);
     std::uint32_t* qw = detail::thread_scratch<std::uint32_t, detail::scratch_slot::pair_words>(q_words + BR * BC / 2);
-    std::uint32_t* pw = qw + q_words;
-
-    alignas(64) float maxima[BR * W];
-    const std::size_t kb = B.key_block(dk, dv), br = min(BR, n - i0);
     for (std::size_t r = 0; r < br; ++r) {
       const float* q = p.q.ptr(i0 + r, 0);
       for (std::size_t c = 0; c < dk / 2; ++c) qw[r * dkp + c] = (bits(q[2 * c]) >> 16) | (bits(q[2 * c + 1]) & 0xffff0000u);
       if (dk % 2 != 0) qw[r * dkp + dkp - 1] = bits(q[dk - 1]) >> 16;
     }
-    for (std::size_t r = 0; r < br; ++r) row_m[r] = p.sink, row_l[r] = p.sink == softmax::neg_inf ? 0.0f : 1.0f;
-    for (std::size_t x = 0; x < BR * dvp; ++x) o[x] = 0.0f;
-    const std::size_t j_end = scores::key_end(p, i0 + br - 1);
-    const std::size_t j_begin = scores::key_begin(p, i0) / NR * NR;  // as in attention_prefill
+    return {reinterpret_cast<const std::uint32_t*>(shared),
+            reinterpret_cast<const std::uint32_t*>(shared + B.packed_k_size(m, dk)),
+            shared + B.packed_k_size(m, dk) + B.packed_v_size(m, dv), qw, qw + q_words, m, dv};
+  }
 
-    for (std::size_t jb = j_begin; jb < j_end; jb += kb) {
-      const auto [j0, j1] = scores::kept_keys(p, no_extension{}, i0, br, jb, min(kb, j_end - jb), B.mask_stretch);
-      if (j0 == j1) continue;
-      const std::size_t bc = j1 - j0;
-      std::size_t keys[BR / MR] = {}, first[BR / MR] = {};  // the keys each strip sees, as in attention_prefill
-      strip_keys(p.bounds, n, m, i0, br, j0, bc, MR, NR, first, keys);
-      for (std::size_t x = 0; x < BR * W; ++x) maxima[x] = softmax::neg_inf;
-      for (std::size_t ir = 0; ir < br; ir += MR) {
-        const std::uint32_t* rows[MR];
-        for (std::size_t r = 0; r < MR; ++r) rows[r] = qw + min(ir + r, br - 1) * dkp;
-        for (std::size_t jr = first[ir / MR]; jr < keys[ir / MR]; jr += NR) {
-          if (jr + NR <= keys[ir / MR]) tile::run_keeping_max(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, maxima + ir * W);
-          else tile::run(dkp, rows, kw + (j0 + jr) * dkp, s + ir * BC + jr, BC, MR, NR, false);
-        }
-      }
-      // Weights rounded to pairs as the softmax makes them (an odd count's
-      // last pair ends in the padding, weight 0). Whole panels' maxima as in
-      // attention_prefill.
-      for (std::size_t r = 0; r < br; ++r) {
-        const std::size_t from = first[r / MR], count = keys[r / MR] - from;
-        if (count == 0) continue;
-        float* u = s + r * BC + from;
-        const float a = scores::apply(p, i0 + r, j0 + from, count, u, no_extension{});
-        const std::size_t full = count / NR * NR;
-        const std::size_t known = scores::leaves(p, i0 + r, j0 + from, full) ? full : 0;
-        const float known_max = known == 0 ? softmax::neg_inf : softmax::lane_max(batch::load_aligned(maxima + r * W));
-        std::uint32_t* row_pairs = pw + r * BC / 2 + from / 2;
-        softmax::step(u, count, a, row_m[r], row_l[r], o + r * dvp, dvp, known_max, known,
-                      [row_pairs](std::size_t j, batch e0, batch e1, bool) { Pairs::round_pairs(e0, e1, row_pairs + j / 2); });
-      }
-      // A pair reads the value row after an odd count's last key too (its
-      // weight 0, but 0·∞ is NaN): the rows checked include it.
-      bool finite = true;
-      for (std::size_t j = j0; j < min(m, j0 + bc + bc % 2); ++j) finite = finite && flags[j] == 2.0f;
-      if (finite) weigh_values(pw, br, first, keys, vw + j0 / 2 * NR, mp, o, dvp);
-      else weigh_values_skipping_zeros(pw, br, first, keys, vw + j0 / 2 * NR, mp, o, dv, dvp);
+  static bool strip_scores(const attention_problem<float>& p, const packed& ops, const no_extension&, block_state& x,
+                           std::size_t ir) {
+    const std::size_t dkp = pairs(p.q.cols), first = x.first[ir / MR], keys = x.keys[ir / MR];
+    const std::uint32_t* rows[MR];
+    for (std::size_t r = 0; r < MR; ++r) rows[r] = ops.qw + min(ir + r, x.br - 1) * dkp;
+    for (std::size_t jr = first; jr < keys; jr += NR) {
+      float* c = x.s + ir * BC + jr;
+      const std::uint32_t* panel = ops.kw + (x.j0 + jr) * dkp;
+      if (jr + NR <= keys) tile::run_keeping_max(dkp, rows, panel, c, BC, x.maxima + ir * W);
+      else tile::run(dkp, rows, panel, c, BC, MR, NR, false);
     }
-    for (std::size_t r = 0; r < br; ++r) softmax::finish(o + r * dvp, row_l[r], p.out.ptr(i0 + r, 0), dv);
-    if (p.row_stats != nullptr)
-      for (std::size_t r = 0; r < br; ++r) p.row_stats[2 * (i0 + r)] = row_m[r], p.row_stats[2 * (i0 + r) + 1] = row_l[r];
+    return false;
+  }
+
+  // Row r's weights, rounded to pairs as the softmax makes them (an odd
+  // count's last pair ends in the padding, weight 0).
+  static void step(const packed& ops, block_state& x, std::size_t r, std::size_t from, std::size_t count, float a,
+                   float known_max, std::size_t known) {
+    std::uint32_t* row_pairs = ops.pw + r * BC / 2 + from / 2;
+    softmax::step(x.s + r * BC + from, count, a, x.row_m[r], x.row_l[r], x.o + r * x.dvp, x.dvp, known_max, known,
+                  [row_pairs](std::size_t j, batch e0, batch e1, bool) { Pairs::round_pairs(e0, e1, row_pairs + j / 2); });
+  }
+
+  // A pair reads the value row after an odd count's last key too (its
+  // weight 0, but 0·∞ is NaN): the rows checked include it.
+  static void values(const packed& ops, block_state& x) {
+    const std::size_t mp = pairs(ops.m);
+    bool finite = true;
+    for (std::size_t j = x.j0; j < min(ops.m, x.j0 + x.bc + x.bc % 2); ++j) finite = finite && ops.flags[j] == 2.0f;
+    const std::uint32_t* vw = ops.vw + x.j0 / 2 * NR;
+    if (finite) weigh_values(ops.pw, x.br, x.first, x.keys, vw, mp, x.o, x.dvp);
+    else weigh_values_skipping_zeros(ops.pw, x.br, x.first, x.keys, vw, mp, x.o, ops.dv, x.dvp);
   }
 
  private:
