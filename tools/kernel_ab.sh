@@ -3,6 +3,7 @@
 # one process (bench/kernel_ab.cpp says how, and what it prints):
 #   tools/kernel_ab.sh REV [rounds] [T d causal]...
 #   QKV_AB_FLAGS='-O2 -march=native' tools/kernel_ab.sh HEAD    # other flags
+#   QKV_AB_PAIRS=1 tools/kernel_ab.sh HEAD    # the bf16-pair prefill, on AVX512-BF16
 # It compiles REV's headers in namespace qkv_base beside the working tree's,
 # with g++ and xsimd as the build uses them (-O3 -march=native by default).
 set -eu
