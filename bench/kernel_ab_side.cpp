@@ -23,6 +23,14 @@ using kernel = qkv::kernels::attention_kernel<arch, float>;
 qkv::kernels::attention_problem<float> problem;
 std::vector<float, xsimd::aligned_allocator<float, 64>> shared, scratch, parts;
 
+// Causal on a problem: the bounds' field, or before it a field of the
+// problem's own (the side is compiled against the base commit's headers too).
+template <class P>
+void set_causal(P& p, bool causal) {
+  if constexpr (requires { p.bounds.causal; }) p.bounds.causal = causal;
+  else p.causal = causal;
+}
+
 // QKV_AB_PAIRS=1: the bf16-pair prefill (attention_prefill_bf16.hpp) on the
 // inputs rounded to bf16, where the compiler targets AVX512-BF16.
 #if defined(__AVX512BF16__)
@@ -41,10 +49,7 @@ void set_up_pairs(const kernel_ab::inputs& in) {
   pair_problem = {{q16.data(), in.t, in.d, d, 1}, {k16.data(), in.t, in.d, d, 1}, {v16.data(), in.t, in.d, d, 1},
                   {in.out, in.t, in.d, d, 1}, 1.0f / std::sqrt(float(in.d))};
   pair_problem.queries_in_storage_type = true;
-  [](auto& p, bool causal) {
-    if constexpr (requires { p.bounds.causal; }) p.bounds.causal = causal;
-    else p.causal = causal;
-  }(pair_problem, in.causal);
+  set_causal(pair_problem, in.causal);
   problem = pair_problem.without_kv_data();
 }
 #endif
@@ -53,12 +58,7 @@ void set_up(const kernel_ab::inputs& in) {
   const auto d = static_cast<std::ptrdiff_t>(in.d);
   problem = {{in.q, in.t, in.d, d, 1}, {in.k, in.t, in.d, d, 1}, {in.v, in.t, in.d, d, 1}, {in.out, in.t, in.d, d, 1},
              1.0f / std::sqrt(float(in.d))};
-  // (the bounds' field, or before it a field of the problem's own: the side
-  // is compiled against the base commit's headers too)
-  [](auto& p, bool causal) {
-    if constexpr (requires { p.bounds.causal; }) p.bounds.causal = causal;
-    else p.causal = causal;
-  }(problem, in.causal);
+  set_causal(problem, in.causal);
   shared.assign(kernel::shared_size(in.t, in.t, in.d, in.d), 0.0f);
   scratch.assign(kernel::scratch_size(in.t, in.t, in.d), 0.0f);
   parts.assign(kernel::decode_parts(in.t, in.t) * kernel::decode_part_size(in.t, in.d), 0.0f);
