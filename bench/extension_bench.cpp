@@ -4,7 +4,9 @@
 // window node (alone, and with a key-aligned ALiBi in the user's unit) and
 // as the equivalent predicate (with and without its block hint); and
 // a batched layer (B = 2, 8 query heads on 2 key heads, T = 512) with a
-// soft-capped window, on one thread and on all.
+// soft-capped window, on one thread and on all; and decoding (decode/...)
+// with per-head ALiBi, a soft-cap and per-sequence lengths as a predicate,
+// each beside its form without the functor.
 // Built twice: qkv_extension_bench with the README's flags (-O2, no -m flag:
 // user functors run on SSE2 on x86-64) and qkv_extension_bench_native with
 // -march=native.
@@ -122,6 +124,65 @@ int register_all() {
   return 0;
 }
 
+// Decoding with the user's functors: one query per head, 8 heads, m = 8192
+// keys, d = 128, float cache, one thread; per-sequence lengths over [4, 2,
+// 8192, 128] as a predicate with a block hint against the same as a bool mask.
+struct decode_inputs {
+  static constexpr std::size_t H = 8, m = 8192, dd = 128;
+  heads_t q = heads_t(1, H, 1, dd), K = heads_t(1, H, m, dd), V = heads_t(1, H, m, dd), O = heads_t(1, H, 1, dd);
+  heads_t lq = heads_t(4, 2, 1, dd), lK = heads_t(4, 2, m, dd), lV = heads_t(4, 2, m, dd), lO = heads_t(4, 2, 1, dd);
+  tensor<bool, dyn, dyn, dyn, dyn> lM = tensor<bool, dyn, dyn, dyn, dyn>(4, 1, 1, m);
+  std::size_t len[4] = {8192, 5000, 2000, 700};
+  decode_inputs() {
+    std::mt19937 g(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (heads_t* t : {&q, &K, &V, &lq, &lK, &lV})
+      for (std::size_t x = 0; x < t->size(); ++x) t->data()[x] = u(g);
+    for (std::size_t b = 0; b < 4; ++b)
+      for (std::size_t j = 0; j < m; ++j) lM(b, 0, 0, j) = j < len[b];
+  }
+};
+decode_inputs& decode_data() {
+  static decode_inputs x;
+  return x;
+}
+struct below_length {
+  const std::size_t* len;
+  bool operator()(std::size_t b, std::size_t, std::size_t, std::size_t j) const { return j < len[b]; }
+  bool any(std::size_t b, std::size_t, std::size_t, std::size_t, std::size_t j0, std::size_t) const { return j0 < len[b]; }
+};
+
+template <class Make>
+void add_decode(const std::string& name, Make make) {
+  benchmark::RegisterBenchmark(("decode/" + name).c_str(), [make](benchmark::State& state) {
+    set_threads(1);
+    decode_inputs& x = decode_data();
+    const auto e = make(x);
+    auto& o = e.batch()[0] == 1 ? x.O : x.lO;
+    for (auto _ : state) {
+      eval_into(o, e);
+      benchmark::DoNotOptimize(o.data());
+    }
+    set_threads(0);
+  })->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+
+int register_decode() {
+  const auto s = [](decode_inputs& x) { return x.q * transpose(x.K) / sqrt(dim<128>); };
+  const auto heads_alibi = [](auto sc, std::size_t, std::size_t h, auto i, auto j) {
+    return sc - decltype(sc)(0.0625f / float(h + 1)) * (i - j);
+  };
+  add_decode("plain", [s](decode_inputs& x) { return softmax(s(x)) * x.V; });
+  add_decode("alibi", [s, heads_alibi](decode_inputs& x) { return softmax(score_mod(s(x), heads_alibi)) * x.V; });
+  add_decode("soft_cap", [s](decode_inputs& x) { return softmax(score_mod(s(x), soft_cap)) * x.V; });
+  const auto ls = [](decode_inputs& x) { return x.lq * transpose(x.lK) / sqrt(dim<128>); };
+  add_decode("lengths_none", [ls](decode_inputs& x) { return softmax(ls(x)) * x.lV; });
+  add_decode("lengths_mask", [ls](decode_inputs& x) { return softmax(masked(ls(x), x.lM)) * x.lV; });
+  add_decode("lengths_predicate", [ls](decode_inputs& x) { return softmax(masked(ls(x), below_length{x.len})) * x.lV; });
+  return 0;
+}
+
 [[maybe_unused]] const int registered = register_all();
+[[maybe_unused]] const int registered_decode = register_decode();
 
 }  // namespace

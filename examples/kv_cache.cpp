@@ -90,9 +90,10 @@ int main() {
               steps, w, worst, bound, worst < bound ? "ok" : "FAILED");
 
   // The last step again, from two parts of the cache: tokens [0, 200) and
-  // [200, 300). The window keeps tokens [172, 300): all of the second part,
-  // and in the first the last 28 (window(S, 28) there: the query stands 100
-  // positions past that part's end). The sink belongs to one part only.
+  // [200, 300). positions(S, q0, k0) says where each part's query and keys
+  // stand in the sequence (the query at t − 1, the second part's keys from
+  // 200), so the window is written as over the whole. The sink belongs to
+  // one part only.
   const std::size_t t = steps, split = 200;
   const tensor_view<const float, 1, Hk, dyn, d> Ka(k_cache.data(), {1, Hk, split, d}, {steps * Hk * d, d, Hk * d, 1});
   const tensor_view<const float, 1, Hk, dyn, d> Va(v_cache.data(), {1, Hk, split, d}, {steps * Hk * d, d, Hk * d, 1});
@@ -100,8 +101,8 @@ int main() {
                                                    {steps * Hk * d, d, Hk * d, 1});
   const tensor_view<const float, 1, Hk, dyn, d> Vb(v_cache.data() + split * Hk * d, {1, Hk, t - split, d},
                                                    {steps * Hk * d, d, Hk * d, 1});
-  const auto [Oa, La] = eval_with_lse(softmax(window(q * transpose(Ka) / sqrt(dim<d>), w - (t - split))) * Va);
-  const auto [Ob, Lb] = eval_with_lse(softmax(window(q * transpose(Kb) / sqrt(dim<d>), w), sinks) * Vb);
+  const auto [Oa, La] = eval_with_lse(softmax(window(positions(q * transpose(Ka) / sqrt(dim<d>), t - 1, 0), w)) * Va);
+  const auto [Ob, Lb] = eval_with_lse(softmax(window(positions(q * transpose(Kb) / sqrt(dim<d>), t - 1, split), w), sinks) * Vb);
   const auto [merged, L] = merge(Oa, La, Ob, Lb);
   const auto whole = eval(softmax(window(q * transpose(cached(k_cache, t)) / sqrt(dim<d>), w), sinks) * cached(v_cache, t));
   double apart = 0;

@@ -4,10 +4,17 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace qkv::detail {
 namespace {
@@ -23,9 +30,39 @@ thread_local bool inside_pool = false;
 // and consecutive evaluations follow each other within microseconds.
 constexpr std::chrono::microseconds watch_for{200};
 
-// Spins until ready() or watch_for has passed; returns ready().
+// The CPUs this process may run on: its affinity mask (taskset, numactl,
+// mpirun's binding) and, where a cgroup sets one, its CPU quota (containers
+// limited to 1.5 CPUs get 2); the hardware's where neither can be read.
+std::size_t allowed_cpus() {
+  std::size_t n = std::thread::hardware_concurrency();
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) n = static_cast<std::size_t>(CPU_COUNT(&set));
+  const auto quota = [](long long q, long long period) -> std::size_t {
+    return q > 0 && period > 0 ? static_cast<std::size_t>((q + period - 1) / period) : 0;
+  };
+  std::size_t limit = 0;
+  if (std::ifstream v2("/sys/fs/cgroup/cpu.max"); v2) {  // cgroup v2: "max 100000" or "150000 100000"
+    std::string q;
+    long long period = 0;
+    if (v2 >> q >> period && q != "max") limit = quota(std::atoll(q.c_str()), period);
+  } else if (std::ifstream q1("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"), p1("/sys/fs/cgroup/cpu/cpu.cfs_period_us"); q1 && p1) {
+    long long q = -1, period = 0;
+    if (q1 >> q && p1 >> period) limit = quota(q, period);
+  }
+  if (limit != 0 && limit < n) n = limit;
+#endif
+  return n == 0 ? 1 : n;
+}
+
+// Spins until ready() or watch_for has passed; returns ready(). Not at all
+// where the pool has more threads than the CPUs it may use: a spinning
+// thread would take the core a working one needs.
+std::atomic<bool> spinning_allowed{true};
 template <class Ready>
 bool watch(Ready ready) {
+  if (!spinning_allowed.load(std::memory_order_relaxed)) return ready();
   const auto until = std::chrono::steady_clock::now() + watch_for;
   for (unsigned spin = 0;; ++spin) {
     if (ready()) return true;
@@ -84,8 +121,8 @@ class pool {
 
  private:
   static std::size_t hardware() {
-    const unsigned h = std::thread::hardware_concurrency();
-    return h == 0 ? 1 : h;
+    static const std::size_t n = allowed_cpus();
+    return n;
   }
 
   static void serial(std::size_t count, const std::function<void(std::size_t)>& piece) {
@@ -110,6 +147,7 @@ class pool {
   void start_workers() {
     stop_ = false;
     const std::size_t n = threads(), seen = generation_;
+    spinning_allowed.store(n <= hardware(), std::memory_order_relaxed);
     for (std::size_t t = 1; t < n; ++t) workers_.emplace_back([this, seen] { work(seen); });
     started_ = true;
   }

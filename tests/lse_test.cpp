@@ -120,6 +120,25 @@ TEST_CASE("eval_with_lse: bf16 inputs give eval(e)'s bf16 O and a float L; tenso
     }
 }
 
+TEST_CASE("eval_with_lse with V of no columns gives the normalisers alone", "[lse]") {
+  // A 1 × 1 query against keys 0.5 and −1: L = log(e^0.5 + e^−1), with a sink σ = 0.25 one more term.
+  fmat Q(1, 1), K(2, 1), V(2, 0);
+  Q(0, 0) = 1, K(0, 0) = 0.5f, K(1, 0) = -1;
+  const double want = std::log(std::exp(0.5) + std::exp(-1.0));
+  const auto [O, L] = eval_with_lse(softmax(Q * transpose(K)) * V);
+  CHECK(O.cols() == 0);
+  CHECK(L(0, 0) == Approx(want).epsilon(1e-6));
+  const auto [Os, Ls] = eval_with_lse(softmax(Q * transpose(K), 0.25f) * V);
+  CHECK(Ls(0, 0) == Approx(std::log(std::exp(want) + std::exp(0.25))).epsilon(1e-6));
+  // Larger, with causal and tails: the same L as with values.
+  ref::rng rng(5);
+  fmat Qb(37, 24), Kb(300, 24), Vb(300, 9), V0(300, 0);
+  rng.fill(Qb), rng.fill(Kb), rng.fill(Vb);
+  const auto with = eval_with_lse(softmax(causal(Qb * transpose(Kb))) * Vb);
+  const auto without = eval_with_lse(softmax(causal(Qb * transpose(Kb))) * V0);
+  for (std::size_t i = 0; i < 37; ++i) CHECK(without.second(i, 0) == Approx(with.second(i, 0)).epsilon(1e-5));
+}
+
 TEST_CASE("merge: two halves of the keys give the whole, within a small factor of the whole's error", "[lse]") {
   const std::size_t n = 45, m = 150, m1 = 61, d = 24;
   ref::rng rng(8);

@@ -157,3 +157,42 @@ TEST_CASE("NaN in a value row that a row sees poisons that row, with or without 
     });
   }
 }
+
+TEST_CASE("gradients of a padded cache: masked keys' NaN reaches no gradient, node by node or fused", "[nonfinite][gradient]") {
+  using dmat = matrix<double, dyn, dyn>;
+  dmat Q(1, 1), K(2, 1), V(2, 1), dO(1, 1);
+  Q(0, 0) = 0.5, K(0, 0) = 1, V(0, 0) = 2, dO(0, 0) = 1;
+  K(1, 0) = std::nan(""), V(1, 0) = std::nan("");  // padding, masked for every row
+  matrix<bool, dyn, dyn> M(1, 2);
+  M(0, 0) = true, M(0, 1) = false;
+  const auto e = softmax(masked(Q * transpose(K), M)) * V;
+  // One key seen: dQ = 0, dK = (0, 0), dV = (1, 0), every strategy.
+  const auto check = [](const dmat& dq, const dmat& dk, const dmat& dv) {
+    CHECK(dq(0, 0) == 0.0);
+    CHECK(dk(0, 0) == 0.0);
+    CHECK(dk(1, 0) == 0.0);
+    CHECK(dv(0, 0) == 1.0);
+    CHECK(dv(1, 0) == 0.0);
+  };
+  {
+    const auto [dq, dk, dv] = gradient(e, dO, wrt(Q, K, V), fused);
+    check(dq, dk, dv);
+  }
+  {
+    const auto [dq, dk, dv] = gradient(e, dO, wrt(Q, K, V), naive);
+    check(dq, dk, dv);
+  }
+  {
+    const auto [dq, dk, dv] = gradient(softmax(masked(similarity(Q, K, neg_sq_l2), M)) * V, dO, wrt(Q, K, V), naive);
+    CHECK(std::isfinite(dq(0, 0)));
+    CHECK(dk(1, 0) == 0.0);
+    CHECK(dv(1, 0) == 0.0);
+  }
+  // A differentiated bias takes the node-by-node path by default: the same.
+  dmat B(1, 2);
+  B(0, 0) = 0.25, B(0, 1) = -0.5;
+  const auto [dq, dk, dv, db] = gradient(softmax(masked(Q * transpose(K), M) + B) * V, dO, wrt(Q, K, V, B));
+  check(dq, dk, dv);
+  CHECK(db(0, 0) == 0.0);
+  CHECK(db(0, 1) == 0.0);
+}

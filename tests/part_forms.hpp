@@ -26,10 +26,11 @@ namespace test::parts {
 using qkv::dyn;
 
 // The forms, by number: what each does with positions.
-inline constexpr int form_count = 8;
+inline constexpr int form_count = 9;
 inline const char* form_name(int f) {
   static const char* names[] = {"plain", "causal", "window", "causal window", "key_aligned ALiBi",
-                                "position predicate", "sink", "neg_sq_l2 causal"};
+                                "position predicate", "sink", "neg_sq_l2 causal",
+                                "positions, a window and key_aligned ALiBi"};
   return names[f];
 }
 
@@ -61,7 +62,10 @@ auto with_form(int f, const Q& q, const K& k, const V& v, Run&& run) {
     case 4: return run(softmax(causal(score_mod(q * transpose(k) * c, qkv::key_aligned(alibi<T>{T(0.25)})))) * v);
     case 5: return run(softmax(masked(q * transpose(k) * c, parity_near{})) * v);
     case 6: return run(softmax(causal(q * transpose(k) * c), T(1.5)) * v);
-    default: return run(softmax(causal(similarity(q, k, qkv::neg_sq_l2) * c)) * v);
+    case 7: return run(softmax(causal(similarity(q, k, qkv::neg_sq_l2) * c)) * v);
+    // Row i at 3 + i, key j at 7 + j (positions of the whole, written outside the modifier).
+    default:
+      return run(softmax(window(positions(score_mod(q * transpose(k) * c, qkv::key_aligned(alibi<T>{T(0.25)})), 3, 7), 6, 2)) * v);
   }
 }
 
@@ -87,12 +91,14 @@ inline std::vector<double> long_double_form(int f, const std::vector<double>& q,
       }
       x *= c;
       if (f == 4) x -= real(0.25) * (real(i) - real(j));
+      if (f == 8) x -= real(0.25) * (real(3 + i) - real(7 + j));
       const auto ii = static_cast<std::ptrdiff_t>(i), jj = static_cast<std::ptrdiff_t>(j);
       bool keep = true;
       if (f == 1 || f == 3 || f == 4 || f == 6 || f == 7) keep = jj <= ii;
       if (f == 2) keep = jj >= ii - 9 && jj <= ii + 4;
       if (f == 3) keep = keep && jj >= ii - 13;
       if (f == 5) keep = parity_near{}(i, j);
+      if (f == 8) keep = jj + 7 >= ii + 3 - 6 && jj + 7 <= ii + 3 + 2;
       s[j] = keep ? x : none;
       if (s[j] > top) top = s[j];
     }

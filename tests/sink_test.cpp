@@ -152,6 +152,36 @@ TEST_CASE("softmax(S, sinks) per head on rank-4 tensors: each head with its own 
   CHECK_THROWS_AS(softmax(q * transpose(k), three), std::invalid_argument);
 }
 
+TEST_CASE("a sink matrix is held as every operand: its values when evaluated, a temporary's kept", "[sink][tensor]") {
+  tensor<float, dyn, dyn, dyn, dyn> Q(2, 3, 5, 8), K(2, 3, 7, 8), V(2, 3, 7, 4), dO(2, 3, 5, 4);
+  ref::rng rng(3);
+  test::fill(Q, rng), test::fill(K, rng), test::fill(V, rng), test::fill(dO, rng);
+  dmat<float> sinks(1, 3);
+  sinks(0, 0) = -1, sinks(0, 1) = 0.5f, sinks(0, 2) = 2;
+  const auto e = softmax(Q * transpose(K), sinks) * V;
+  const auto before = eval(e);
+  const auto [g_before] = gradient(e, dO, wrt(sinks));
+  sinks(0, 1) = 3;  // a step of gradient descent on the sinks, with the same expression
+  const auto after = eval(e), after_naive = eval(e, naive);
+  const auto fresh = eval(softmax(Q * transpose(K), sinks) * V);
+  CHECK(same_bits_tensor(after, fresh));
+  CHECK(!same_bits_tensor(after, before));
+  for (std::size_t b = 0; b < 2; ++b)
+    for (std::size_t i = 0; i < 5; ++i)
+      for (std::size_t c = 0; c < 4; ++c) {
+        CHECK(after(b, 0, i, c) == before(b, 0, i, c));  // heads 0 and 2 unchanged
+        CHECK(after(b, 2, i, c) == before(b, 2, i, c));
+        CHECK(after_naive(b, 1, i, c) == Approx(after(b, 1, i, c)).margin(1e-6));
+      }
+  const auto [g_after] = gradient(e, dO, wrt(sinks));
+  const auto [g_fresh] = gradient(softmax(Q * transpose(K), sinks) * V, dO, wrt(sinks));
+  CHECK(same_bits(g_after, g_fresh));
+  CHECK(g_after(0, 1) != g_before(0, 1));
+  // A temporary sink matrix: its values are kept by the expression.
+  const auto kept = softmax(Q * transpose(K), dmat<float>(sinks)) * V;
+  CHECK(same_bits_tensor(eval(kept), fresh));
+}
+
 TEST_CASE("eval_with_lse with a sink: L = log(exp(sink) + sum exp(s)); a row that sees nothing has L = sink", "[sink][lse]") {
   const std::size_t n = 37, m = 90, d = 16;
   inputs<float> in(n, m, d, d, d, 9, 2);

@@ -99,6 +99,14 @@ TEST_CASE("batch extents of nodes: broadcast and grouped, static and dynamic", "
   tensor<float, dyn, dyn, 16, 64> Kg(2, 3);
   CHECK_NOTHROW(Qd * transpose(Kg));
   CHECK_THROWS_AS(Qd * transpose(Kg) + Bd, shape_error);
+  // Fewer query heads than key heads, and K and V with different heads, are mistakes.
+  tensor<float, dyn, dyn, 16, 64> Q4(2, 4), K8(2, 8), V6(2, 6), V1(2, 1);
+  CHECK_THROWS_WITH(Q4 * transpose(K8), Catch::Contains("[2, 4] vs [2, 8]") &&
+                                            Catch::Contains("grouped-query attention needs Q's heads a multiple"));
+  CHECK_THROWS_WITH(softmax(Qd * transpose(Kg)) * V6, Catch::Contains("qkv: softmax(S) * V: K and V have different heads") &&
+                                                          Catch::Contains("K [2, 3], V [2, 6]"));
+  CHECK_THROWS_AS(softmax(causal(Qd * transpose(Kg) / 8.0f)) * V1, shape_error);
+  CHECK_NOTHROW(softmax(causal(Qd * transpose(Kg) / 8.0f)) * Kg);
 
   // Rank 3 and rank 4 operands combine right-aligned: [H, T, D] broadcasts over B.
   tensor<float, 8, 16, 64> K3;

@@ -20,6 +20,7 @@
 #include "expr/mask.hpp"
 #include "expr/window.hpp"
 #include "expr/key_aligned.hpp"
+#include "expr/positions.hpp"
 #include "expr/score_mod.hpp"
 #include "expr/similarity.hpp"
 #include "similarity/concept.hpp"
@@ -30,6 +31,7 @@
 #include "parts/lse.hpp"
 #include "eval/explain.hpp"
 #include "eval/cost.hpp"
+#include "eval/benchmark.hpp"
 #include "kernels/api.hpp"
 
 namespace qkv {

@@ -56,6 +56,8 @@ template <class X>
 inline constexpr std::string_view node_name<causal_expr<X>> = "causal(S)";
 template <class X>
 inline constexpr std::string_view node_name<window_expr<X>> = "window(S, left, right)";
+template <class X>
+inline constexpr std::string_view node_name<positions_expr<X>> = "positions(S, q0, k0)";
 template <class X, class M>
 inline constexpr std::string_view node_name<masked_expr<X, M>> = "masked(S, M)";
 template <class X, class P>
@@ -80,7 +82,7 @@ std::string fused_text() {
   const std::pair<bool, std::string_view> slots[] = {{s.scale, "scale"},         {s.bias, "bias"},
                                                      {s.modifier, "score_mod"},  {s.causal, "causal"},
                                                      {s.window, "window"},       {s.mask, "mask"},
-                                                     {s.predicate, "predicate"}};
+                                                     {s.predicate, "predicate"}, {s.positions, "positions"}};
   for (const auto& [filled, name] : slots)
     if (filled) t.append(", ").append(name);
   return t;

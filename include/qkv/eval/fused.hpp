@@ -216,6 +216,19 @@ struct score_chain<causal_expr<X>> : score_chain<bare_t<X>> {
   }
 };
 
+// Positions change no score: the causal and window nodes above read them
+// (key_bounds_of.hpp), and key_aligned functors were told them when built.
+template <class X>
+struct score_chain<positions_expr<X>> : score_chain<bare_t<X>> {
+  using inner = score_chain<bare_t<X>>;
+  static constexpr chain_slots slots = add_slot(inner::slots, chain_slot::positions);
+  static constexpr auto keys_of(const positions_expr<X>* s) { return inner::keys_of(arg_of(s)); }
+  template <class Policy, class T, class KV, class Ext>
+  static void describe(const positions_expr<X>& e, score_parts<T, KV>& parts, Ext& ext) {
+    inner::template describe<Policy>(e.arg(), parts, ext);
+  }
+};
+
 // A window narrows the bounds so far: windows and causal intersect.
 template <class X>
 struct score_chain<window_expr<X>> : score_chain<bare_t<X>> {

@@ -44,12 +44,13 @@ constexpr std::string_view to_string(fusion_rule r) {
 namespace detail {
 
 // The slots a node of a score chain fills.
-enum class chain_slot { core, scale, causal, window, mask, predicate, bias, modifier };
+enum class chain_slot { core, scale, causal, window, mask, predicate, bias, modifier, positions };
 
 // What a chain holds so far, from its core outwards, and the first rule it broke.
 struct chain_slots {
   fusion_rule broken = fusion_rule::none;
-  bool scale = false, causal = false, window = false, mask = false, predicate = false, bias = false, modifier = false;
+  bool scale = false, causal = false, window = false, mask = false, predicate = false, bias = false, modifier = false,
+       positions = false;
 
   constexpr bool masks() const { return causal || window || mask || predicate; }
 };
@@ -61,6 +62,7 @@ constexpr fusion_rule rule_broken_by(chain_slot outer, const chain_slots& in) {
     case chain_slot::core:
     case chain_slot::causal:  // causal twice is causal once
     case chain_slot::window:  // windows (and causal) intersect into one
+    case chain_slot::positions:  // changes no score (and is one per chain: positions(S, q0, k0))
       return fusion_rule::none;
     case chain_slot::scale:
       // catches score_mod(S, f) * c, gives scale_outside_score_mod: the kernel scales before it modifies.
@@ -103,6 +105,7 @@ constexpr chain_slots add_slot(chain_slots in, chain_slot outer) {
     case chain_slot::predicate: in.predicate = true; break;
     case chain_slot::bias: in.bias = true; break;
     case chain_slot::modifier: in.modifier = true; break;
+    case chain_slot::positions: in.positions = true; break;
   }
   return in;
 }

@@ -6,6 +6,7 @@
 
 #include "../expr/elementwise.hpp"
 #include "../expr/mask.hpp"
+#include "../expr/positions.hpp"
 #include "../expr/product.hpp"
 #include "../expr/scaled.hpp"
 #include "../expr/softmax.hpp"
@@ -228,6 +229,16 @@ struct naive_evaluator<window_expr<S>> {
   static void into(const window_expr<S>& e, kernels::strided<T> out) {
     node_into<Policy>(e.arg(), out);
     kernels::mask_outside(out, node_bounds(&e));
+  }
+};
+
+// Positions change no score (the causal and window nodes above read them).
+template <class S>
+struct naive_evaluator<positions_expr<S>> {
+  using T = value_type_t<S>;
+  template <class Policy>
+  static void into(const positions_expr<S>& e, kernels::strided<T> out) {
+    node_into<Policy>(e.arg(), out);
   }
 };
 

@@ -3,6 +3,7 @@
 
 #include "../shape/check.hpp"
 #include "key_aligned.hpp"
+#include "positions.hpp"
 #include "node.hpp"
 
 #include <array>
@@ -86,7 +87,7 @@ class predicate_masked_expr : public detail::same_shape_unary<S>, public detail:
  public:
   template <class A>
   predicate_masked_expr(A&& s, P pred) : detail::same_shape_unary<S>(std::forward<A>(s)), pred_(std::move(pred)) {
-    detail::place_functor(pred_, this->rows(), this->cols());
+    detail::place_functor_over(pred_, this->arg());
   }
 
   const P& predicate() const { return pred_; }

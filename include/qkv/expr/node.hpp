@@ -120,8 +120,8 @@ constexpr std::size_t max_rank() {
 }
 
 // A node of two operands; the derived node checks their shapes. Its batch
-// extents are the operands' combined (Grouped: a product, where one may
-// divide the other).
+// extents are the operands' combined (Grouped: a product, where the left
+// one may be a multiple of the right one).
 // A binary node's element type: float where float meets a 2-byte type, else
 // the left operand's (a mask's bool, or a mix its node reports).
 template <class A, class B>

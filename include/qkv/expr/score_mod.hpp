@@ -10,6 +10,7 @@
 #pragma once
 
 #include "key_aligned.hpp"
+#include "positions.hpp"
 #include "node.hpp"
 
 #include <xsimd/xsimd.hpp>
@@ -55,7 +56,7 @@ class score_mod_expr : public detail::same_shape_unary<S>, public detail::slice_
  public:
   template <class A>
   score_mod_expr(A&& s, F f) : detail::same_shape_unary<S>(std::forward<A>(s)), f_(std::move(f)) {
-    detail::place_functor(f_, this->rows(), this->cols());
+    detail::place_functor_over(f_, this->arg());
   }
 
   const F& function() const { return f_; }

@@ -131,7 +131,7 @@ grad_matrix<T> scaled_rows(const grad_matrix<T>& g, const grad_matrix<T>& x, boo
   for (std::size_t a = 0; a < x.rows(); ++a) {
     T sum = 0;
     for (std::size_t b = 0; b < (by_rows ? g.cols() : g.rows()); ++b) sum += by_rows ? g(a, b) : g(b, a);
-    for (std::size_t c = 0; c < x.cols(); ++c) r(a, c) = sum * x(a, c);
+    for (std::size_t c = 0; c < x.cols(); ++c) r(a, c) = sum == T(0) ? T(0) : sum * x(a, c);  // (a masked key's padding: 0)
   }
   return r;
 }
@@ -141,7 +141,7 @@ void backprop(const neg_sq_l2_expr<Q, K>& e, const grad_matrix<T>& g, gradients<
   const bool into_q = reads_any(e.lhs(), acc.targets), into_k = reads_any(e.rhs(), acc.targets);
   if (!into_q && !into_k) return;
   const grad_matrix<T> q = value_of<T>(e.lhs()), k = value_of<T>(e.rhs());
-  backprop_into(e.lhs(), [&] { return eval((g * k - scaled_rows(g, q, true)) * T(2), naive); }, acc);
+  backprop_into(e.lhs(), [&] { return eval((gradient_times(g, k, false) - scaled_rows(g, q, true)) * T(2), naive); }, acc);
   backprop_into(e.rhs(), [&] { return eval((transpose(g) * q - scaled_rows(g, k, false)) * T(2), naive); }, acc);
 }
 

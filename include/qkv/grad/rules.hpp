@@ -236,9 +236,31 @@ void backprop_into(const E& e, G&& make_gradient, gradients<T, X...>& acc) {
   else backprop(e, grad_matrix<T>(make_gradient()), acc);
 }
 
+// g · B (or g · Bᵀ), where an exact zero of g is no contribution: 0 times
+// an infinite or NaN value of B (a masked key's padding) adds nothing, as
+// in the fused backward, which never reads a key no row sees. The plain
+// product where B is finite.
+template <class T>
+grad_matrix<T> gradient_times(const grad_matrix<T>& g, const grad_matrix<T>& b, bool transposed) {
+  bool finite = true;
+  for (std::size_t i = 0; i < b.rows(); ++i)
+    for (std::size_t j = 0; j < b.cols(); ++j) finite = finite && std::isfinite(b(i, j));
+  if (finite) return transposed ? eval(g * transpose(b), naive) : eval(g * b, naive);
+  const std::size_t cols = transposed ? b.rows() : b.cols();
+  grad_matrix<T> r(g.rows(), cols);
+  for (std::size_t i = 0; i < g.rows(); ++i) {
+    for (std::size_t c = 0; c < cols; ++c) r(i, c) = T(0);
+    for (std::size_t j = 0; j < g.cols(); ++j) {
+      if (g(i, j) == T(0)) continue;
+      for (std::size_t c = 0; c < cols; ++c) r(i, c) += g(i, j) * (transposed ? b(c, j) : b(j, c));
+    }
+  }
+  return r;
+}
+
 template <class T, class A, class B, class... X>
 void product_backprop(const product_expr<A, B>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
-  backprop_into(e.lhs(), [&] { return eval(g * transpose(value_of<T>(e.rhs())), naive); }, acc);
+  backprop_into(e.lhs(), [&] { return gradient_times(g, value_of<T>(e.rhs()), true); }, acc);
   backprop_into(e.rhs(), [&] { return eval(transpose(value_of<T>(e.lhs())) * g, naive); }, acc);
 }
 
@@ -307,7 +329,7 @@ void backprop(const softmax_expr<A>& e, const grad_matrix<T>& g, gradients<T, X.
       for (std::size_t j = 0; j < s.cols(); ++j) mx = s(i, j) > mx ? s(i, j) : mx;
       if (mx == -std::numeric_limits<T>::infinity()) return T(0);  // a sink of −∞ in a row that sees nothing
       T den = std::exp(sigma - mx);
-      for (std::size_t j = 0; j < s.cols(); ++j) den += std::exp(s(i, j) - mx), pg += p(i, j) * g(i, j);
+      for (std::size_t j = 0; j < s.cols(); ++j) den += std::exp(s(i, j) - mx), pg += p(i, j) == T(0) ? T(0) : p(i, j) * g(i, j);
       return std::exp(sigma - mx) / den * pg;
     }, acc);
   }
@@ -316,7 +338,8 @@ void backprop(const softmax_expr<A>& e, const grad_matrix<T>& g, gradients<T, X.
     grad_matrix<T> ds(p.rows(), p.cols());
     for (std::size_t i = 0; i < p.rows(); ++i) {
       T r = 0;
-      for (std::size_t j = 0; j < p.cols(); ++j) r += g(i, j) * p(i, j);
+      // (A weight of 0 adds nothing, whatever reached it: NaN from a masked key's padded value.)
+      for (std::size_t j = 0; j < p.cols(); ++j) r += p(i, j) == T(0) ? T(0) : g(i, j) * p(i, j);
       // A weight of 0 (masked, or a fully masked row) passes back exactly 0.
       for (std::size_t j = 0; j < p.cols(); ++j) ds(i, j) = p(i, j) == T(0) ? T(0) : p(i, j) * (g(i, j) - r);
     }
@@ -340,6 +363,11 @@ void backprop(const E& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
   const kernels::key_bounds b = node_bounds(&e);
   const std::size_t n = e.rows(), m = e.cols();
   backprop_into(e.arg(), [&] { return kept(g, [&](std::size_t i, std::size_t j) { return kernels::sees(b, n, m, i, j); }); }, acc);
+}
+
+template <class T, class S, class... X>
+void backprop(const positions_expr<S>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  backprop_into(e.arg(), [&] { return g; }, acc);
 }
 
 template <class T, class S, class M, class... X>

@@ -87,7 +87,7 @@ void attention_backward(const attention_problem<double>* problems, const attenti
 // for elements of element_bytes (4: float, 8: double).
 blocking active_blocking(std::size_t element_bytes);
 
-// Threads the kernels may use (0: the hardware's, the default), and how many.
+// Threads the kernels may use (0, the default: the CPUs the process may run on), and how many.
 void set_threads(std::size_t n);
 std::size_t threads();
 

@@ -25,6 +25,7 @@
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
+#include <tuple>
 #include <type_traits>
 
 namespace qkv::kernels {
@@ -44,8 +45,12 @@ struct attention_decode {
 
   // Part `part` of the keys (blocking::decode_parts), into part_out
   // (decode_part_size values); scratch holds decode_scratch_size.
+  // With the user's functors (ext: a modifier, a predicate; the dot
+  // product's scores), the modifier and the predicate apply to the scores,
+  // and the keys a predicate hides at either end of the part, by its block
+  // hint in stretches of blocking::mask_stretch, are not read.
   template <class S>
-  static void part(const attention_problem<T, S>& p, std::size_t part, T* scratch, T* part_out) {
+  static void part(const attention_problem<T, S>& p, std::size_t part, T* scratch, T* part_out, const Ext& ext = Ext{}) {
     const std::size_t n = p.q.rows, m = p.k.rows, dv = p.v.cols;
     const std::size_t j0 = part * B.decode_split, j1 = min(j0 + B.decode_split, m);
     T* u = scratch;
@@ -56,12 +61,15 @@ struct attention_decode {
       T* o = part_out + aligned(2 * n) + i * aligned(round_up(dv, W));
       for (std::size_t c = 0; c < round_up(dv, W); ++c) o[c] = T(0);
       T mx = softmax::neg_inf, l = T(0);
-      const std::size_t end = min(scores_of::key_end(g, i), j1), begin = scores_of::key_begin(g, i);
-      const std::size_t from = begin > j0 ? begin : j0;
+      std::size_t end = min(scores_of::key_end(g, i), j1), from = scores_of::key_begin(g, i);
+      from = from > j0 ? from : j0;
+      if constexpr (extension_traits<Ext, T>::keeps) {
+        if (end > from) std::tie(from, end) = scores_of::kept_keys(g, ext, i, 1, from, end - from, B.mask_stretch);
+      }
       if (end > from) {
         const std::size_t count = end - from;
         scores(p, p.q.ptr(i, 0), from, count, u);
-        mx = softmax::whole_row(u, count, scores_of::apply(g, i, from, count, u), l);
+        mx = softmax::whole_row(u, count, scores_of::apply(g, i, from, count, u, ext), l);
         weighted_sum(p, u, from, count, o, leftover);
       }
       stats[2 * i] = mx;

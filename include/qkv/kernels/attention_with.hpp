@@ -63,6 +63,31 @@ struct with_functors {
   void finish(const attention_problem<T>&, const T*) const {}
 };
 
+// A few queries with the user's modifier or predicate over the dot
+// product's scores: the decode parts (attention_decode.hpp), instantiated
+// for this unit, K and V read once and never packed, the parts spread over
+// the threads and merged in part order as the compiled decode does.
+template <class T, class Ext>
+struct decode_with_functors {
+  using kernel = attention_kernel<xsimd::default_arch, T, Ext>;
+  const Ext& ext;
+  static constexpr bool applies = !extension_traits<Ext, T>::has_term;
+  static bool decodes(const attention_problem<T>& p) { return kernel::sizes.decodes(p.q.rows); }
+  std::size_t shared_size(const attention_problem<T>&) const { return 0; }
+  void pack(const attention_problem<T>&, T*) const {}
+  std::size_t pieces(const attention_problem<T>& p) const { return kernel::decode_parts(p.q.rows, p.k.rows); }
+  std::size_t scratch_size(const attention_problem<T>& p) const {
+    return kernel::sizes.scratch_size(p.q.rows, p.k.rows, p.v.cols);
+  }
+  std::size_t kept_size(const attention_problem<T>& p) const {
+    return pieces(p) * kernel::decode_part_size(p.q.rows, p.v.cols);
+  }
+  void piece(const attention_problem<T>& p, const T*, std::size_t b, T* scratch, T* kept) const {
+    kernel::decoder::part(p, b, scratch, kept + b * kernel::decode_part_size(p.q.rows, p.v.cols), ext);
+  }
+  void finish(const attention_problem<T>& p, const T* kept) const { kernel::decode_merge(p, kept, pieces(p)); }
+};
+
 template <class Kernel, class T, class Ext>
 void attention_spread(const attention_problem<T>* problems, std::size_t count, const Ext& ext) {
   schedule_attention(with_functors<Kernel, T, Ext>{ext}, problems, count);
@@ -83,7 +108,13 @@ void attention_rows_with(const attention_problem<T>& p, const Ext& ext) {
 
 template <class T, class Ext>
 void attention_with(const attention_problem<T>* problems, std::size_t count, const Ext& ext) {
-  if (runs_like_library<xsimd::default_arch>()) attention_spread<attention_online_kernel<T, Ext>>(problems, count, ext);
+  const bool like_library = runs_like_library<xsimd::default_arch>();  // (first: a bad QKV_ARCH throws here)
+  if constexpr (decode_with_functors<T, Ext>::applies) {
+    bool decodes = count > 0;
+    for (std::size_t x = 0; x < count; ++x) decodes = decodes && decode_with_functors<T, Ext>::decodes(problems[x]);
+    if (decodes) return schedule_attention(decode_with_functors<T, Ext>{ext}, problems, count);
+  }
+  if (like_library) attention_spread<attention_online_kernel<T, Ext>>(problems, count, ext);
   else attention_spread<attention_rows_kernel<T, Ext>>(problems, count, ext);
 }
 

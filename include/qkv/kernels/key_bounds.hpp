@@ -13,7 +13,9 @@ namespace qkv::kernels {
 // The bounds of a score chain, in integers alone. Over n rows and m keys,
 // row i stands at position i' = i + (m − n) + shift among the keys (the last
 // query at the last key, as causal aligns it, unless the rows and keys are
-// parts of a longer sequence: parts/part.hpp) and sees the keys j with
+// parts of a longer sequence: parts/part.hpp), or at i' = i + shift where
+// the chain says where its rows and keys stand (positioned: positions(S, q0,
+// k0) gives shift = q0 − k0, whatever n and m), and sees the keys j with
 //   i' − left ≤ j ≤ i' + right,   and j ≤ i' under causal,
 // no_bound on a side meaning none there. Causal and windows intersect.
 struct key_bounds {
@@ -21,6 +23,7 @@ struct key_bounds {
   bool causal = false;
   std::size_t left = no_bound, right = no_bound;
   std::ptrdiff_t shift = 0;
+  bool positioned = false;
 
   // This bound and a window of left and right extents, both.
   constexpr key_bounds& narrow(std::size_t l, std::size_t r) {
@@ -35,6 +38,7 @@ struct key_bounds {
 
 // Row i's position among m keys, of n rows.
 constexpr std::ptrdiff_t key_position(const key_bounds& b, std::size_t n, std::size_t m, std::size_t i) {
+  if (b.positioned) return static_cast<std::ptrdiff_t>(i) + b.shift;
   return static_cast<std::ptrdiff_t>(i + m) - static_cast<std::ptrdiff_t>(n) + b.shift;
 }
 
@@ -99,7 +103,7 @@ constexpr void strip_keys(const key_bounds& b, std::size_t n, std::size_t m, std
 constexpr std::size_t visible_pairs(const key_bounds& b, std::size_t n, std::size_t m) {
   if (n == 0 || m == 0) return 0;
   if (b.none()) return n * m;
-  if (b.causal && b.left == key_bounds::no_bound && b.shift == 0) {
+  if (b.causal && b.left == key_bounds::no_bound && b.shift == 0 && !b.positioned) {
     // Row i sees min(m, i + m − n + 1) keys: the rows that see any see
     // first, first + 1, …, m.
     const std::size_t first = n > m ? 1 : m - n + 1;

@@ -46,7 +46,10 @@ form_facts facts_of(const Q& q, const K& k, const V& v, kernels::key_bounds b) {
             {"columns of K (dk)", k.cols}, {"leading extent of V", v.b0}, {"heads of V", v.b1},
             {"columns of V (dv)", v.cols}, {"element size of Q", sizeof(typename Q::element)},
             {"element size of K", sizeof(typename K::element)}, {"element size of V", sizeof(typename V::element)},
-            {"causal", b.causal ? 1u : 0u}, {"window's left extent", b.left}, {"window's right extent", b.right}};
+            {"causal", b.causal ? 1u : 0u},
+            {"window's left extent (w − 1 for window(S, w))", b.left}, {"window's right extent", b.right},
+            {"positions", b.positioned ? 1u : 0u},
+            {"positions' q0 − k0", static_cast<std::uint64_t>(b.shift)}};
   f.q_rows = q.rows, f.k_rows = k.rows;
   return f;
 }

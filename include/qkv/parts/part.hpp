@@ -70,12 +70,23 @@ inline std::ptrdiff_t part_shift(std::size_t n, std::size_t m, const sequence_pa
          (static_cast<std::ptrdiff_t>(m) - static_cast<std::ptrdiff_t>(n));
 }
 
+// Bounds b of n queries and m keys, as a part: aligned as the whole's, or,
+// where positions place the whole's rows and keys, moved by the part's
+// origins in the whole.
+inline kernels::key_bounds part_bounds(kernels::key_bounds b, std::size_t n, std::size_t m, const sequence_part& part) {
+  if (part.rows == 0 && part.keys == 0) return b;
+  if (b.positioned) b.shift += static_cast<std::ptrdiff_t>(part.row_origin) - static_cast<std::ptrdiff_t>(part.key_origin);
+  else b.shift = part_shift(n, m, part);
+  return b;
+}
+
 // The problem and functors of e as a part: its alignment shifted to the
-// whole's, key_aligned functors told the whole's shape.
+// whole's, key_aligned functors told the whole's shape (unless positions
+// placed them).
 template <class P, class Ext>
 void place_part(P& p, Ext& ext, const sequence_part& part) {
   if (part.rows == 0 && part.keys == 0) return;
-  p.bounds.shift = part_shift(p.q.rows, p.k.rows, part);
+  p.bounds = part_bounds(p.bounds, p.q.rows, p.k.rows, part);
   if constexpr (requires { ext.mod_f; }) {
     if (ext.mod_f) place_functor(*ext.mod_f, part.rows, part.keys);
   }
@@ -114,6 +125,16 @@ void attention_part(const E& e, T* out, std::size_t row_stride, T* stats, const 
   }
   for (std::size_t k = 0; k < problems.size() * n; ++k) stats[2 * k] = -std::numeric_limits<T>::infinity(), stats[2 * k + 1] = T(0);
   if (!ext) return;
+  // No value columns: the rows' statistics alone are asked for (the
+  // normalisers). The kernels run on one column of zeros instead.
+  using stored = std::remove_const_t<std::remove_pointer_t<decltype(problems[0].v.data)>>;
+  static const stored zero{};
+  std::vector<T> no_values(dv == 0 ? problems.size() * n : 0);
+  if (dv == 0)
+    for (std::size_t k = 0; k < problems.size(); ++k) {
+      problems[k].v = {&zero, problems[k].k.rows, 1, 0, 1};
+      problems[k].out = {no_values.data() + k * n, n, 1, 1, 1};
+    }
   if constexpr (Ext::empty) {
     run_attention(problems.data(), problems.size(), *ext);
   } else if (part.rows == 0 && part.keys == 0) {
@@ -123,11 +144,6 @@ void attention_part(const E& e, T* out, std::size_t row_stride, T* stats, const 
   }
 }
 
-// Bounds b of n queries and m keys, as a part.
-inline kernels::key_bounds part_bounds(kernels::key_bounds b, std::size_t n, std::size_t m, const sequence_part& part) {
-  b.shift = part_shift(n, m, part);
-  return b;
-}
 template <class E>
 kernels::key_bounds part_bounds(const E& e, const sequence_part& part) {
   return part_bounds(chain_bounds(&e.lhs().arg()), e.rows(), e.lhs().cols(), part);

@@ -3,8 +3,9 @@
 // where a lower rank has none: a matrix is {1, 1}, a [H, T, D] tensor
 // {1, H}, a [B, H, T, D] tensor {B, H}. Two operands' batch extents combine
 // per slot as in NumPy (equal, or one of them 1: broadcast); a product also
-// accepts one dividing the other, which is grouped-query attention: query
-// head h of 8 reads key head h / 4 of 2.
+// accepts the left one a multiple of the right one, which is grouped-query
+// attention: query head h of 8 reads key head h / 4 of 2 (never the other
+// way: 4 query heads over 8 key heads is a mistake).
 #pragma once
 
 #include "extent.hpp"
@@ -48,7 +49,7 @@ void for_each_batch_index(batch_extents b, F&& f) {
 
 constexpr bool batch_extent_agrees(std::size_t a, std::size_t b, bool grouped) noexcept {
   if (a == b || a == 1 || b == 1 || a == dyn || b == dyn) return true;
-  return grouped && a != 0 && b != 0 && (a % b == 0 || b % a == 0);
+  return grouped && a != 0 && b != 0 && a % b == 0;
 }
 
 // The extent of a slot after combining: the larger, static where it can be
@@ -84,7 +85,7 @@ inline std::string batch_string(batch_extents b) {
 inline void require_batch(batch_extents a, batch_extents b, bool grouped, const char* what) {
   if (!batch_extent_agrees(a[0], b[0], grouped) || !batch_extent_agrees(a[1], b[1], grouped)) {
     throw shape_error(std::string("qkv: ") + what + " (batch extents " + batch_string(a) + " vs " + batch_string(b) +
-                      ")");
+                      (grouped ? "; grouped-query attention needs Q's heads a multiple of K's and V's)" : ")"));
   }
 }
 

@@ -25,10 +25,16 @@ enum class scratch_slot {
   product_packing,  // the matrix product's packed panels (src/dispatch.cpp)
 };
 
+// allocation_meter counts of a slot the most asked of it since its
+// measurement began (the buffer itself lives on).
 template <class T, scratch_slot Slot>
 T* thread_scratch(std::size_t elements) {
   thread_local aligned_buffer<T> buffer;
-  if (buffer.size() < elements) buffer = aligned_buffer<T>(elements, aligned_buffer<T>::uninitialized);
+  thread_local std::size_t counted = 0;
+  thread_local unsigned epoch = 0;
+  if (const unsigned now = allocation_meter::epoch(); now != epoch) epoch = now, counted = 0;
+  if (elements > counted) allocation_meter::add((elements - counted) * sizeof(T)), counted = elements;
+  if (buffer.size() < elements) buffer = aligned_buffer<T>(elements, aligned_buffer<T>::unmetered);
   return buffer.data();
 }
 
