@@ -14,6 +14,7 @@
 //       --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
 
+#include <qkv/google_benchmark.hpp>
 #include <qkv/qkv.hpp>
 
 #include <cmath>
@@ -129,8 +130,8 @@ int register_all() {
 // 8192, 128] as a predicate with a block hint against the same as a bool mask.
 struct decode_inputs {
   static constexpr std::size_t H = 8, m = 8192, dd = 128;
-  heads_t q = heads_t(1, H, 1, dd), K = heads_t(1, H, m, dd), V = heads_t(1, H, m, dd), O = heads_t(1, H, 1, dd);
-  heads_t lq = heads_t(4, 2, 1, dd), lK = heads_t(4, 2, m, dd), lV = heads_t(4, 2, m, dd), lO = heads_t(4, 2, 1, dd);
+  heads_t q = heads_t(1, H, 1, dd), K = heads_t(1, H, m, dd), V = heads_t(1, H, m, dd);
+  heads_t lq = heads_t(4, 2, 1, dd), lK = heads_t(4, 2, m, dd), lV = heads_t(4, 2, m, dd);
   tensor<bool, dyn, dyn, dyn, dyn> lM = tensor<bool, dyn, dyn, dyn, dyn>(4, 1, 1, m);
   std::size_t len[4] = {8192, 5000, 2000, 700};
   decode_inputs() {
@@ -152,33 +153,20 @@ struct below_length {
   bool any(std::size_t b, std::size_t, std::size_t, std::size_t, std::size_t j0, std::size_t) const { return j0 < len[b]; }
 };
 
-template <class Make>
-void add_decode(const std::string& name, Make make) {
-  benchmark::RegisterBenchmark(("decode/" + name).c_str(), [make](benchmark::State& state) {
-    set_threads(1);
-    decode_inputs& x = decode_data();
-    const auto e = make(x);
-    auto& o = e.batch()[0] == 1 ? x.O : x.lO;
-    for (auto _ : state) {
-      eval_into(o, e);
-      benchmark::DoNotOptimize(o.data());
-    }
-    set_threads(0);
-  })->Unit(benchmark::kMillisecond)->UseRealTime();
-}
-
 int register_decode() {
-  const auto s = [](decode_inputs& x) { return x.q * transpose(x.K) / sqrt(dim<128>); };
+  decode_inputs& x = decode_data();
+  const auto s = [&x] { return x.q * transpose(x.K) / sqrt(dim<128>); };
   const auto heads_alibi = [](auto sc, std::size_t, std::size_t h, auto i, auto j) {
     return sc - decltype(sc)(0.0625f / float(h + 1)) * (i - j);
   };
-  add_decode("plain", [s](decode_inputs& x) { return softmax(s(x)) * x.V; });
-  add_decode("alibi", [s, heads_alibi](decode_inputs& x) { return softmax(score_mod(s(x), heads_alibi)) * x.V; });
-  add_decode("soft_cap", [s](decode_inputs& x) { return softmax(score_mod(s(x), soft_cap)) * x.V; });
-  const auto ls = [](decode_inputs& x) { return x.lq * transpose(x.lK) / sqrt(dim<128>); };
-  add_decode("lengths_none", [ls](decode_inputs& x) { return softmax(ls(x)) * x.lV; });
-  add_decode("lengths_mask", [ls](decode_inputs& x) { return softmax(masked(ls(x), x.lM)) * x.lV; });
-  add_decode("lengths_predicate", [ls](decode_inputs& x) { return softmax(masked(ls(x), below_length{x.len})) * x.lV; });
+  // qkv::register_benchmark (<qkv/google_benchmark.hpp>): decode/name/fused and decode/name/naive, one thread.
+  register_benchmark("decode/plain", [&x, s] { return softmax(s()) * x.V; }, 1);
+  register_benchmark("decode/alibi", [&x, s, heads_alibi] { return softmax(score_mod(s(), heads_alibi)) * x.V; }, 1);
+  register_benchmark("decode/soft_cap", [&x, s] { return softmax(score_mod(s(), soft_cap)) * x.V; }, 1);
+  const auto ls = [&x] { return x.lq * transpose(x.lK) / sqrt(dim<128>); };
+  register_benchmark("decode/lengths_none", [&x, ls] { return softmax(ls()) * x.lV; }, 1);
+  register_benchmark("decode/lengths_mask", [&x, ls] { return softmax(masked(ls(), x.lM)) * x.lV; }, 1);
+  register_benchmark("decode/lengths_predicate", [&x, ls] { return softmax(masked(ls(), below_length{x.len})) * x.lV; }, 1);
   return 0;
 }
 

@@ -1,9 +1,10 @@
 # cmake --install puts the headers, the kernel library, a CMake package
 # (find_package(qkv 0.1) → qkv::qkv, and qkv::mpi where it was built, with a
-# version file) and qkv.pc (its variable mpi: yes or no).
+# version file; qkv::native too) and qkv.pc (its variable mpi: yes or no)
+# with qkv-native.pc (qkv and -march=native, for a program's own functors).
 include(CMakePackageConfigHelpers)
 
-install(TARGETS qkv EXPORT qkvTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+install(TARGETS qkv qkv_native EXPORT qkvTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 if(QKV_HAS_MPI)
   install(TARGETS qkv_mpi EXPORT qkvTargets)
 endif()
@@ -26,4 +27,5 @@ else()
   set(QKV_PC_MPI no)
 endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/qkv.pc.in ${PROJECT_BINARY_DIR}/qkv.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/qkv.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/qkv-native.pc.in ${PROJECT_BINARY_DIR}/qkv-native.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/qkv.pc ${PROJECT_BINARY_DIR}/qkv-native.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

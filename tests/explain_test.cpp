@@ -90,6 +90,17 @@ TEST_CASE("fuses<E> holds for every form of the contract, neg_sq_l2 under a scor
   STATIC_REQUIRE(to_string(fusion_rule_broken<decltype(softmax(S + B + B) * V)>) == "two biases in the scores");
 }
 
+namespace {
+// explain(e) without its last line on the user's functors (which depends on
+// the flags this test is built with; tested below).
+template <class E>
+std::string plan(const E& e) {
+  std::string s = explain(e);
+  const auto at = s.find("your functors: ");
+  return at == std::string::npos ? s : s.substr(0, at);
+}
+}  // namespace
+
 TEST_CASE("explain(e) says what eval(e) does with each node", "[explain]") {
   const fixture x;
   const auto& [Q, K, V, B, M, W] = x;
@@ -98,11 +109,11 @@ TEST_CASE("explain(e) says what eval(e) does with each node", "[explain]") {
 
   CHECK(explain(softmax(Q * transpose(K) / sqrt(dim<8>)) * V) == "fused: softmax(S) * V with similarity dot, scale\n");
   // Slots in the order the kernel applies them, whatever the order written.
-  CHECK(explain(softmax(masked(causal(score_mod(B + Q * transpose(K) * 2.0f, cap)), win)) * V) ==
+  CHECK(plan(softmax(masked(causal(score_mod(B + Q * transpose(K) * 2.0f, cap)), win)) * V) ==
         "fused: softmax(S) * V with similarity dot, scale, bias, score_mod, causal, predicate\n");
-  CHECK(explain(softmax(causal(score_mod(similarity(Q, K, neg_sq_l2), cap))) * V) ==
+  CHECK(plan(softmax(causal(score_mod(similarity(Q, K, neg_sq_l2), cap))) * V) ==
         "fused: softmax(S) * V with similarity neg_sq_l2, score_mod, causal\n");
-  CHECK(explain(softmax(masked(similarity(Q, K, neg_l1{}), M)) * V) ==
+  CHECK(plan(softmax(masked(similarity(Q, K, neg_l1{}), M)) * V) ==
         "fused: softmax(S) * V with similarity f, mask\n");
   // Operands that are not storage are evaluated first, under the node that reads them.
   CHECK(explain(softmax((Q * W) * transpose(K)) * (V * 2.0f)) ==
@@ -129,4 +140,15 @@ TEST_CASE("explain(e) says what eval(e) does with each node", "[explain]") {
         "  fused: softmax(S) * V with similarity dot, causal\n");
   CHECK(explain(Q).empty());
   CHECK(explain(transpose(Q)).empty());
+}
+
+TEST_CASE("explain says when the user's functors were compiled for less than the kernels run", "[explain]") {
+  matrix<float, dyn, dyn> Q(4, 8), K(9, 8), V(9, 8);
+  const auto cap = [](auto s, auto, auto) { return decltype(s)(10) * xsimd::tanh(s / decltype(s)(10)); };
+  const std::string with_functor = explain(softmax(score_mod(Q * transpose(K), cap)) * V);
+  const bool narrower = !kernels::runs_like_library<xsimd::default_arch>();
+  CHECK((with_functor.find("your functors: compiled for ") != std::string::npos) == narrower);
+  if (narrower) CHECK(with_functor.find("qkv::native") != std::string::npos);
+  // The built-in forms run on the compiled kernels: nothing to say.
+  CHECK(explain(softmax(Q * transpose(K)) * V).find("your functors") == std::string::npos);
 }

@@ -255,6 +255,38 @@ TEST_CASE("2-byte inputs: similarities, modifiers, predicates, bias, decoding", 
   CHECK(same(eval(Q * transpose(K) + Bias), eval(Qf * transpose(Kf) + Bf)));
 }
 
+TEMPLATE_TEST_CASE("float queries over a 2-byte cache: the bits of the same values in float, every decode path",
+                   "[half][decode]", bf16, f16) {
+  // Tails of every length (d, dv from 1 to 20 against vectors of 4 to 16), key tails, causal and
+  // windowed ranges, a strided K (a [T, H, D] cache read as [H, T, D]), the user's modifier: the
+  // kernels convert K and V as they read them, and then compute as on float.
+  using S = TestType;
+  ref::rng rng(12);
+  const auto alibi = [](auto s, auto i, auto j) { return s - decltype(s)(0.125f) * (i - j); };
+  for (std::size_t trial = 0; trial < 120; ++trial) {
+    const std::size_t n = 1 + trial % 4, m = 1 + (trial * 7) % 41, d = 1 + (trial * 5) % 20, dv = 1 + (trial * 3) % 20;
+    INFO("n = " << n << ", m = " << m << ", d = " << d << ", dv = " << dv);
+    matrix<float, dyn, dyn> q(n, d);
+    matrix<S, dyn, dyn> K(m, d), V(m, dv);
+    rng.fill(q), rng.fill(K), rng.fill(V);
+    const auto Kf = copy_as<float>(K), Vf = copy_as<float>(V);
+    CHECK(same_bits(eval(softmax(q * transpose(K)) * V), eval(softmax(q * transpose(Kf)) * Vf)));
+    CHECK(same_bits(eval(softmax(causal(q * transpose(K))) * V), eval(softmax(causal(q * transpose(Kf))) * Vf)));
+    CHECK(same_bits(eval(softmax(window(q * transpose(K), 5)) * V), eval(softmax(window(q * transpose(Kf), 5)) * Vf)));
+    CHECK(same_bits(eval(softmax(score_mod(q * transpose(K), alibi)) * V), eval(softmax(score_mod(q * transpose(Kf), alibi)) * Vf)));
+  }
+  // Strided: two heads of a [T, H, D] cache.
+  const std::size_t m = 37, d = 13, H = 2;
+  std::vector<S> cache(m * H * d);
+  std::vector<float> cache_f(m * H * d);
+  for (std::size_t x = 0; x < cache.size(); ++x) cache[x] = S(float(rng.uniform(-1, 1))), cache_f[x] = float(cache[x]);
+  const tensor_view<const S, 1, dyn, dyn, dyn> Ks(cache.data(), {1, H, m, d}, {m * H * d, d, H * d, 1});
+  const tensor_view<const float, 1, dyn, dyn, dyn> Kfs(cache_f.data(), {1, H, m, d}, {m * H * d, d, H * d, 1});
+  tensor<float, 1, dyn, dyn, dyn> q(H, 3, d);
+  test::fill(q, rng);
+  CHECK(test::same_bits_tensor(eval(softmax(q * transpose(Ks)) * Ks), eval(softmax(q * transpose(Kfs)) * Kfs)));
+}
+
 TEST_CASE("2-byte inputs: cost counts their float copies and the float result", "[half][cost]") {
   matrix<bf16, 64, 32> Q, K, V;
   matrix<float, 64, 32> Qf, Kf, Vf;

@@ -151,7 +151,7 @@ TEST_CASE("fused backward: the same bits on 1, 2 and 3 threads", "[gradient][thr
   }
 }
 
-TEST_CASE("gradient: the best strategy fuses the attention, and not a bias it differentiates", "[gradient]") {
+TEST_CASE("gradient: the best strategy fuses the attention, a bias it differentiates included", "[gradient]") {
   const std::size_t n = 70, m = 90, d = 12;
   ref::rng rng(8);
   matrix<double, dyn, dyn> X(n, d), Wq(d, d), K(m, d), V(m, d), dO(n, d), B(n, m);
@@ -169,13 +169,33 @@ TEST_CASE("gradient: the best strategy fuses the attention, and not a bias it di
   CHECK(ref::max_error(fWq, ref::from(nWq)) < 1e-12);
   CHECK(ref::max_error(fV, ref::from(nV)) < 1e-12);
 
-  // A bias that is differentiated: node by node (the fused kernel has no dS
-  // to give it), so the best strategy's bits are the naive ones.
+  // A bias that is differentiated: the fused kernel writes its gradient,
+  // bias_scale·f′·P ∘ (dP − D), tile by tile; the best strategy is fused.
+  // Against node by node, to double's rounding (entries of order 1), with a
+  // modifier, a subtracted and scaled bias, causal and a tensor's heads.
   const auto eb = softmax(X * transpose(K) * 0.25 + B) * V;
   const auto [dB, dK] = gradient(eb, dO, wrt(B, K));
+  const auto [fB, fK] = gradient(eb, dO, wrt(B, K), qkv::fused);
   const auto [nB, nK] = gradient(eb, dO, wrt(B, K), naive);
-  CHECK(test::same_bits(dB, nB));
-  CHECK(test::same_bits(dK, nK));
+  CHECK(test::same_bits(dB, fB));
+  CHECK(test::same_bits(dK, fK));
+  CHECK(ref::max_error(fB, ref::from(nB)) < 1e-12);
+  CHECK(ref::max_error(fK, ref::from(nK)) < 1e-12);
+  const auto cap = [](auto s, auto, auto) { return decltype(s)(3) * tanh(s / decltype(s)(3)); };
+  const auto em = softmax(causal(score_mod((X * transpose(K) - B) * 0.5, cap))) * V;
+  const auto [mB, mX] = gradient(em, dO, wrt(B, X), qkv::fused);
+  const auto [mnB, mnX] = gradient(em, dO, wrt(B, X), naive);
+  CHECK(ref::max_error(mB, ref::from(mnB)) < 1e-12);
+  CHECK(ref::max_error(mX, ref::from(mnX)) < 1e-12);
+  for (std::size_t i = 0; i < n; ++i)  // keys past the causal bound: exactly 0
+    for (std::size_t j = i + (m - n) + 1; j < m; ++j) CHECK(mB(i, j) == 0.0);
+  tensor<double, dyn, dyn, dyn, dyn> Xt(2, 4, n, d), Kt(2, 2, m, d), Vt(2, 2, m, d), dOt(2, 4, n, d);
+  ref::rng trng(9);
+  test::fill(Xt, trng), test::fill(Kt, trng), test::fill(Vt, trng), test::fill(dOt, trng);
+  const auto et = softmax(causal(Xt * transpose(Kt) * 0.25 + B)) * Vt;  // B shared by every head
+  const auto [tB] = gradient(et, dOt, wrt(B), qkv::fused);
+  const auto [tnB] = gradient(et, dOt, wrt(B), naive);
+  CHECK(ref::max_error(tB, ref::from(tnB)) < 1e-12);
 }
 
 TEST_CASE("vjp of a fused attention keeps its forward: the pullback's bits are gradient's", "[gradient]") {

@@ -196,3 +196,17 @@ TEST_CASE("gradients of a padded cache: masked keys' NaN reaches no gradient, no
   CHECK(db(0, 0) == 0.0);
   CHECK(db(0, 1) == 0.0);
 }
+
+TEST_CASE("values near the largest float: naive finite always, fused while the weighted sum is (pitfalls.md)",
+          "[nonfinite]") {
+  fmat Q(1, 4), K(2, 4), V(2, 3);
+  for (std::size_t c = 0; c < 4; ++c) Q(0, c) = 1, K(0, c) = K(1, c) = 0.5f;  // two equal weights
+  for (std::size_t c = 0; c < 3; ++c) V(0, c) = V(1, c) = 3e38f;
+  const auto e = softmax(Q * transpose(K)) * V;
+  const auto naive_out = eval(e, naive);
+  for (std::size_t c = 0; c < 3; ++c) CHECK(naive_out(0, c) == Approx(3e38f).epsilon(1e-6));
+  // Within the documented range, (keys seen)·max|V| = 2·1e38 < 3.4e38: fused is finite and right.
+  for (std::size_t c = 0; c < 3; ++c) V(0, c) = V(1, c) = 1e38f;
+  const auto fused_out = eval(e, fused);
+  for (std::size_t c = 0; c < 3; ++c) CHECK(fused_out(0, c) == Approx(1e38f).epsilon(1e-6));
+}

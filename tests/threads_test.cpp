@@ -2,26 +2,51 @@
 // from several user threads at once.
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
 #include "laws.hpp"
 #include "support.hpp"
 
 #include <qkv/qkv.hpp>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
 using namespace qkv;
 
-TEST_CASE("set_threads and threads", "[threads]") {
+namespace {
+
+// The CPUs this process may run on by its affinity mask (taskset, mpirun's binding).
+std::size_t affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<std::size_t>(CPU_COUNT(&set));
+}
+// Whether a cgroup (v2) sets a CPU quota here.
+bool cgroup_quota() {
+  std::ifstream f("/sys/fs/cgroup/cpu.max");
+  std::string q;
+  return f && (f >> q) && q != "max";
+}
+
+}  // namespace
+
+TEST_CASE("set_threads and threads; by default the CPUs the process may run on", "[threads][affinity]") {
   test::threads_guard guard;
   set_threads(3);
   CHECK(threads() == 3);
   set_threads(1);
   CHECK(threads() == 1);
   set_threads(0);
-  CHECK(threads() == std::max(1u, std::thread::hardware_concurrency()));
+  // (ctest threads_under_taskset runs this under taskset -c 0: 1 thread.)
+  CHECK(threads() >= 1);
+  CHECK(threads() <= affinity_cpus());
+  if (!cgroup_quota()) CHECK(threads() == affinity_cpus());
 }
 
 TEST_CASE("fused results are bit-identical with 1, 2 and 3 threads", "[threads]") {

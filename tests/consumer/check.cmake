@@ -2,7 +2,9 @@
 #   package        cmake --install into a fresh prefix, then find_package(qkv 0.1)
 #   subdirectory   add_subdirectory of the source tree, from a parent with
 #                  no build type and its own xtl target
-#   pkg-config     the installed qkv.pc, with the compiler alone
+#   pkg-config     the installed qkv.pc (and qkv-native.pc), with the compiler alone
+# Each builds the lecture's example and a program with a functor of its own
+# (native.cpp, with qkv::native or qkv-native.pc).
 # Arguments: -DMODE=... -DQKV_SOURCE=... -DQKV_BUILD=... -DWORK=... -DCXX=...
 cmake_minimum_required(VERSION 3.25)
 file(REMOVE_RECURSE ${WORK})
@@ -27,6 +29,7 @@ if(MODE STREQUAL "subdirectory")
     message(FATAL_ERROR "qkv as a subdirectory set the parent's ${build_type}")
   endif()
   run(${CMAKE_COMMAND} --build ${WORK}/build -j 2)
+  run(${WORK}/build/consumer_native)
   run(${WORK}/build/consumer)
 else()
   run(${CMAKE_COMMAND} --install ${QKV_BUILD} --prefix ${WORK}/prefix)
@@ -34,6 +37,7 @@ else()
     run(${CMAKE_COMMAND} -S ${consumer} -B ${WORK}/build -DCMAKE_CXX_COMPILER=${CXX}
         -DCMAKE_PREFIX_PATH=${WORK}/prefix -DCMAKE_BUILD_TYPE=Release)
     run(${CMAKE_COMMAND} --build ${WORK}/build)
+    run(${WORK}/build/consumer_native)
     run(${WORK}/build/consumer)
   else()
     find_program(PKG_CONFIG pkg-config REQUIRED)
@@ -48,6 +52,11 @@ else()
     run(${PKG_CONFIG} --cflags --libs qkv)
     string(STRIP "${last_output}" flags)
     separate_arguments(flags UNIX_COMMAND "${flags}")
+    run(${PKG_CONFIG} --cflags --libs qkv-native)
+    string(STRIP "${last_output}" native_flags)
+    separate_arguments(native_flags UNIX_COMMAND "${native_flags}")
+    run(${CXX} -O2 ${consumer}/native.cpp ${native_flags} -o ${WORK}/consumer_native)
+    run(${WORK}/consumer_native)
     run(${CXX} -O2 ${consumer}/main.cpp ${flags} -o ${WORK}/consumer)
     run(${WORK}/consumer)
   endif()

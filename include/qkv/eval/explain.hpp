@@ -172,7 +172,9 @@ void explain_into(const E& e, std::string& out, std::size_t depth) {
 //   node by node: A * B (not fused: two biases in the scores)
 // Storage and transposes read memory in place and have no line. With bf16
 // or f16 inputs a first line says that they are evaluated in float, and
-// whether the fused kernel reads K and V in their 2-byte storage.
+// whether the fused kernel reads K and V in their 2-byte storage. A last
+// line says when the user's functors were compiled for a narrower
+// instruction set than the kernels run, and what to do.
 template <expression E>
 std::string explain(const E& e) {
   using bare = detail::bare_t<E>;
@@ -185,6 +187,16 @@ std::string explain(const E& e) {
   }
   if constexpr (detail::reads_half<bare>()) out += half_element<value_type_t<E>> ? ", the result rounded once\n" : "\n";
   detail::explain_into(e, out, 0);
+  if constexpr (detail::has_fused_form<bare>) {
+    if constexpr (!detail::fused_extension_t<bare>::empty) {
+      // The user's functors run at this unit's flags (kernels/attention_with.hpp).
+      if (!kernels::runs_like_library<xsimd::default_arch>())
+        out.append("your functors: compiled for ").append(xsimd::default_arch::name())
+            .append(" (this unit's flags) while the kernels run ").append(kernels::active_arch())
+            .append(": build this unit with -march=native (CMake: link qkv::native; pkg-config: qkv-native) "
+                    "to run them as fast\n");
+    }
+  }
   return out;
 }
 

@@ -336,8 +336,9 @@ inline constexpr bool has_fused_form = fused_form<bare_t<E>>::value;
 
 
 // The element type K and V reach the kernel in: their storage type where
-// both are leaves of one 2-byte type read by the compiled kernels (the dot
-// product, no functors of the user's); otherwise what e computes in.
+// both are leaves of one 2-byte type and the scores are the dot product's
+// (the compiled kernels, or the user's modifier and predicate in the
+// kernels of attention_with.hpp); otherwise what e computes in.
 template <class E, class C = compute_t<value_type_t<E>>>
 struct kv_storage {
   using type = C;
@@ -352,7 +353,7 @@ struct kv_storage<E, C> {
   template <class L>
   static constexpr bool storage_leaf = leaf<L> || tensor_leaf<L>;
   static constexpr auto pick() {
-    if constexpr (!std::is_void_v<keys> && chain_extension_t<scores>::empty) {
+    if constexpr (!std::is_void_v<keys> && !kernels::extension_traits<chain_extension_t<scores>, C>::has_term) {
       if constexpr (storage_leaf<keys> && storage_leaf<values>) {
         using S = std::remove_const_t<value_type_t<keys>>;
         if constexpr (half_element<S> && std::is_same_v<S, std::remove_const_t<value_type_t<values>>>)

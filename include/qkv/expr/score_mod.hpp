@@ -51,7 +51,9 @@ template <class S, class F>
 class score_mod_expr : public detail::same_shape_unary<S>, public detail::slice_position {
   static_assert(value_element<value_type_t<S>>, "qkv: score_mod(S, f): S must be a float or double matrix, or a bf16 or f16 one");
   static_assert(score_modifier<F, compute_t<value_type_t<S>>> || indexed_score_modifier<F, compute_t<value_type_t<S>>>,
-                "qkv: score_mod(S, f): f must be callable as f(s, i, j) or f(s, b, h, i, j) on numbers and on xsimd batches");
+                "qkv: score_mod(S, f): f must be callable as f(s, i, j) or f(s, b, h, i, j) on numbers and on xsimd batches "
+                "(s, i and j arrive as numbers of S's element type or batches of them, b and h as std::size_t: "
+                "write (auto s, auto i, auto j))");
 
  public:
   template <class A>

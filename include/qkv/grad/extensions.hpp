@@ -1,6 +1,7 @@
 // The vector-Jacobian rules of the extension nodes, for gradient.hpp, node
 // by node as gradient_rules.hpp's are. The user's functors are
-// differentiated with dual numbers (numeric/dual.hpp), one number at a time:
+// differentiated with dual numbers (numeric/dual.hpp) over xsimd batches of
+// keys, as the fused kernels call them (this unit's instruction set):
 //   score_mod(S, f)       dS = G ∘ ∂f/∂s(S, i, j)   (0 where G is: masked)
 //   similarity(Q, K, f)   with Q̃ = f.queries(Q), K̃ = f.keys(K) (or Q, K):
 //                         dQ̃_ic = Σ_j G_ij ∂f/∂q(Q̃_ic, K̃_jc, c),
@@ -29,6 +30,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace qkv {
 
@@ -48,14 +50,25 @@ void backprop(const score_mod_expr<S, F>& e, const grad_matrix<T>& g, gradients<
   if (functor_reads_any(e.function(), acc.targets)) functor_constant("score_mod");
   if constexpr (differentiable_modifier<F, T>) {
     backprop_into(e.arg(), [&] {
+      using B = xsimd::batch<T>;
+      using D = dual<B>;
+      constexpr std::size_t W = B::size;
       const grad_matrix<T> s = value_of<T>(e.arg());
       grad_matrix<T> ds(s.rows(), s.cols());
+      alignas(64) T lanes[W], gs[W], ss[W], out[W];
+      for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
+      const B iota = B::load_aligned(lanes);
       for (std::size_t i = 0; i < s.rows(); ++i)
-        for (std::size_t j = 0; j < s.cols(); ++j)
-          ds(i, j) = g(i, j) == T(0) ? T(0)
-                                     : g(i, j) * call_modifier(e.function(), dual<T>(s(i, j), T(1)), dual<T>(T(i)),
-                                                               dual<T>(T(j)), e.batch_index(), e.head_index())
-                                                     .d;
+        for (std::size_t j = 0; j < s.cols(); j += W) {
+          const std::size_t k = s.cols() - j < W ? s.cols() - j : W;
+          for (std::size_t l = 0; l < W; ++l) gs[l] = l < k ? g(i, j + l) : T(0), ss[l] = l < k ? s(i, j + l) : T(0);
+          const B gb = B::load_aligned(gs);
+          const D r = call_modifier(e.function(), D(B::load_aligned(ss), B(T(1))), D(B(T(i))), D(iota + B(T(j))),
+                                    e.batch_index(), e.head_index());
+          // A zero of G (masked, padding) passes back exactly 0, whatever f′ is there.
+          xsimd::select(gb == B(T(0)), B(T(0)), gb * r.d).store_aligned(out);
+          for (std::size_t l = 0; l < k; ++l) ds(i, j + l) = out[l];
+        }
       return ds;
     }, acc);
   }
@@ -80,14 +93,40 @@ void backprop(const similarity_expr<Q, K, F>& e, const grad_matrix<T>& g, gradie
     const grad_matrix<T> q = value_of<T>(qs), k = value_of<T>(ks);
     const std::size_t n = q.rows(), m = k.rows(), d = q.cols();
     grad_matrix<T> dq(n, d), dk(m, d);
-    for (std::size_t i = 0; i < n; ++i)
-      for (std::size_t j = 0; j < m; ++j) {
-        if (g(i, j) == T(0)) continue;
-        for (std::size_t c = 0; c < d; ++c) {
-          if (into_q) dq(i, c) += g(i, j) * call_term(f, dual<T>(q(i, c), T(1)), dual<T>(k(j, c)), c).d;
-          if (into_k) dk(j, c) += g(i, j) * call_term(f, dual<T>(q(i, c)), dual<T>(k(j, c), T(1)), c).d;
+    // W keys at a time, component by component: K and dK transposed, so
+    // that a component's keys lie side by side; the key tail zero-padded
+    // (a weight of 0 passes back exactly 0).
+    using B = xsimd::batch<T>;
+    using D = dual<B>;
+    constexpr std::size_t W = B::size;
+    const std::size_t mp = (m + W - 1) / W * W;
+    std::vector<T> kt(d * mp, T(0)), dkt(into_k ? d * mp : 0, T(0)), gi(mp, T(0));
+    for (std::size_t j = 0; j < m; ++j)
+      for (std::size_t c = 0; c < d; ++c) kt[c * mp + j] = k(j, c);
+    for (std::size_t i = 0; i < n; ++i) {
+      bool any = false;
+      for (std::size_t j = 0; j < m; ++j) gi[j] = g(i, j), any = any || g(i, j) != T(0);
+      if (!any) continue;
+      for (std::size_t c = 0; c < d; ++c) {
+        const B qc(q(i, c));
+        B sum(T(0));
+        for (std::size_t j = 0; j < mp; j += W) {
+          const B gb = B::load_unaligned(gi.data() + j), kb = B::load_unaligned(kt.data() + c * mp + j);
+          const auto none = gb == B(T(0));
+          if (xsimd::all(none)) continue;
+          if (into_q) sum += xsimd::select(none, B(T(0)), gb * call_term(f, D(qc, B(T(1))), D(kb), c).d);
+          if (into_k) {
+            T* at = dkt.data() + c * mp + j;
+            (B::load_unaligned(at) + xsimd::select(none, B(T(0)), gb * call_term(f, D(qc), D(kb, B(T(1))), c).d))
+                .store_unaligned(at);
+          }
         }
+        if (into_q) dq(i, c) = xsimd::hadd(sum);
       }
+    }
+    if (into_k)
+      for (std::size_t j = 0; j < m; ++j)
+        for (std::size_t c = 0; c < d; ++c) dk(j, c) = dkt[c * mp + j];
     if (into_q) backprop_into(qs, [&] { return dq; }, acc);
     if (into_k) backprop_into(ks, [&] { return dk; }, acc);
     if constexpr (is_additive_v<F>) {

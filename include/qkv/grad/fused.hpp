@@ -3,8 +3,10 @@
 // forward again keeping each row's maximum and sum (or takes vjp's kept
 // ones), then the backward kernel (kernels/attention_backward.hpp); its dQ,
 // dK and dV go on into Q, K and V as written in e, additive's dw into w,
-// and dσ into per-head sinks. Elsewhere (a bias among the targets) the rule
-// goes node by node. gradient.hpp runs the same pieces on all of a tensor's batch
+// the bias's gradient (written by the kernel where the bias is among the
+// targets) into the bias, and dσ into per-head sinks. Where a functor reads
+// a target through its operands() the rule goes node by node, which says
+// that it cannot. gradient.hpp runs the same pieces on all of a tensor's batch
 // indices at once.
 #pragma once
 
@@ -28,8 +30,8 @@ namespace qkv::detail {
 // below adds its norms' share) or a similarity term (the user's, additive's),
 // scaled, biased by a constant, causal, masked by a matrix or a predicate,
 // one score_mod; the functors differentiable (dual numbers); on matrices
-// (2-byte operands are read as float copies). Where a bias is
-// differentiated, the rule goes node by node at run time.
+// (2-byte operands are read as float copies). A differentiated bias gets its
+// gradient from the kernel too.
 template <class E>
 inline constexpr bool has_fused_backward = [] {
   if constexpr (has_fused_form<E>) {
@@ -66,25 +68,46 @@ template <class S>
 const auto& score_core(const S& s) { return score_core(s.arg()); }
 
 template <class Q, class K, class W>
-bool bias_reads_any(const product_expr<Q, K>&, const W&) { return false; }
+bool functor_reads_target(const product_expr<Q, K>&, const W&) { return false; }
 template <class Q, class K, class W>
-bool bias_reads_any(const neg_sq_l2_expr<Q, K>&, const W&) { return false; }
+bool functor_reads_target(const neg_sq_l2_expr<Q, K>&, const W&) { return false; }
 template <class Q, class K, class F, class W>
-bool bias_reads_any(const similarity_expr<Q, K, F>& s, const W& w) {
+bool functor_reads_target(const similarity_expr<Q, K, F>& s, const W& w) {
   // additive's weights: Wq and Wk through its queries and keys, w summed by the kernel.
   if constexpr (is_additive_v<F>) return false;
   else return functor_reads_any(s.function(), w);
 }
 template <class A, class B, elementwise_op Op, class W>
-bool bias_reads_any(const elementwise_expr<A, B, Op>& s, const W& w) {
-  if constexpr (bias_sides<A, B, Op>::left) return reads_any(s.rhs(), w) || bias_reads_any(s.lhs(), w);
-  else return reads_any(s.lhs(), w) || bias_reads_any(s.rhs(), w);
+bool functor_reads_target(const elementwise_expr<A, B, Op>& s, const W& w) {
+  if constexpr (bias_sides<A, B, Op>::left) return functor_reads_target(s.lhs(), w);
+  else return functor_reads_target(s.rhs(), w);
 }
 template <class S, class W>
-bool bias_reads_any(const S& s, const W& w) {
+bool functor_reads_target(const S& s, const W& w) {
   if constexpr (requires { s.function(); })  // a score_mod's functor: node by node, which says so
     if (functor_reads_any(s.function(), w)) return true;
-  return bias_reads_any(s.arg(), w);
+  return functor_reads_target(s.arg(), w);
+}
+
+// f(B) for the bias B of a score chain, where it has one.
+template <class S, class F>
+void with_chain_bias(const S& s, F&& f);
+template <class A, class B, elementwise_op Op, class F>
+void with_chain_bias(const elementwise_expr<A, B, Op>& s, F&& f) {
+  if constexpr (bias_sides<A, B, Op>::left) f(s.rhs()), with_chain_bias(s.lhs(), f);
+  else f(s.lhs()), with_chain_bias(s.rhs(), f);
+}
+template <class S, class F>
+void with_chain_bias(const S& s, F&& f) {
+  if constexpr (requires { s.arg(); }) with_chain_bias(s.arg(), f);
+}
+// Whether the bias of a score chain reads a target: the fused backward then
+// writes the bias's gradient too (attention_gradient::d_bias).
+template <class S, class W>
+bool chain_bias_reads_any(const S& s, const W& w) {
+  bool reads = false;
+  with_chain_bias(s, [&](const auto& b) { reads = reads || reads_any(b, w); });
+  return reads;
 }
 
 // The compiled kernels, or with an extension the kernel instantiated here.
@@ -231,7 +254,8 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
   using E = product_expr<A, V>;
   const forward_kept<T>* kept = std::exchange(acc.kept, nullptr);
   const auto& scores = e.lhs().arg();
-  if (!acc.fuse || bias_reads_any(scores, acc.targets)) return product_backprop(e, g, acc);
+  if (!acc.fuse || functor_reads_target(scores, acc.targets)) return product_backprop(e, g, acc);
+  const bool into_bias = chain_bias_reads_any(scores, acc.targets);
   fused_operands<T, T> keep;
   fused_extension_t<E> ext;
   forward_kept<T> here;
@@ -247,10 +271,13 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
   const std::size_t n = problem.q.rows, m = problem.k.rows, dk = problem.q.cols, dv = problem.v.cols;
   grad_matrix<T> dq(n, dk), dk_(m, dk), dv_(m, dv);
   std::vector<T> dw = term_weight_sums<T>(e, dk, acc.targets);
-  const kernels::attention_gradient<T> grads{view_of<const T>(g),   view_of<const T>(f.out), f.row_stats.data(),
-                                             view_of<T>(dq),        view_of<T>(dk_),         view_of<T>(dv_),
-                                             dw.empty() ? nullptr : dw.data()};
+  kernels::attention_gradient<T> grads{view_of<const T>(g),   view_of<const T>(f.out), f.row_stats.data(),
+                                       view_of<T>(dq),        view_of<T>(dk_),         view_of<T>(dv_),
+                                       dw.empty() ? nullptr : dw.data()};
+  grad_matrix<T> db;
+  if (into_bias) db = grad_matrix<T>(n, m), grads.d_bias = view_of<T>(db);
   run_backward(&problem, &grads, 1, ext);
+  if (into_bias) with_chain_bias(scores, [&](const auto& b) { backprop_into(b, [&] { return db; }, acc); });
   if constexpr (has_norm_sums<E>) norms.fold(problem, dq, dk_);
   propagate_attention(e, std::move(dq), std::move(dk_), std::move(dv_), dw, acc);
   fused_sink_backprop(e, g, f.out, f.row_stats.data(), acc);

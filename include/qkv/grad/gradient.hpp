@@ -137,8 +137,9 @@ void add_slice_sums(const E& e, const wrt_t<X...>& w, batch_extents index, Sums&
 // A batched attention with a fused backward, every batch index in one call
 // of the forward and one of the backward (heads over threads, a key/value
 // head packed once for its query heads); then each index's dQ, dK and dV
-// on into its operands, as batched_gradient adds them. Returns false, doing
-// nothing, where a bias reads a target (node by node then).
+// on into its operands, as batched_gradient adds them (a differentiated
+// bias's gradient too). Returns false, doing nothing, where a functor reads
+// a target through its operands() (node by node then, which says so).
 template <class T, class E, class D, class... X, class Sums>
 bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Sums& sums) {
   using P = slice_t<E>;
@@ -151,7 +152,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
   for (const batch_extents index : at) {
     const auto targets = targets_at(index);
     const auto sliced = std::apply([](const auto&... x) { return wrt_t<bare_t<decltype(x)>...>{std::tie(x...)}; }, targets);
-    if (bias_reads_any(slice(e, index).lhs().arg(), sliced)) return false;
+    if (functor_reads_target(slice(e, index).lhs().arg(), sliced)) return false;
   }
   const std::size_t count = at.size();
   std::vector<P> parts;
@@ -172,7 +173,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     problems.back().row_stats = stats;
   }
   run_attention(problems.data(), count, ext);
-  std::vector<grad_matrix<T>> d_o(count), dq(count), dk(count), dv(count);
+  std::vector<grad_matrix<T>> d_o(count), dq(count), dk(count), dv(count), db(count);
   std::vector<std::vector<T>> dw(count);
   std::vector<kernels::attention_gradient<T>> grads;
   grads.reserve(count);
@@ -187,6 +188,9 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     }, targets);
     grads.push_back({view_of<const T>(d_o[x]), view_of<const T>(forward[x].out), forward[x].row_stats.data(),
                      view_of<T>(dq[x]), view_of<T>(dk[x]), view_of<T>(dv[x]), dw[x].empty() ? nullptr : dw[x].data()});
+    const auto sliced = std::apply([](const auto&... t) { return wrt_t<bare_t<decltype(t)>...>{std::tie(t...)}; }, targets);
+    if (chain_bias_reads_any(parts[x].lhs().arg(), sliced))
+      db[x] = grad_matrix<T>(p.q.rows, p.k.rows), grads.back().d_bias = view_of<T>(db[x]);
   }
   std::vector<norm_sums<T>> norms(has_norm_sums<P> ? count : 0);
   if constexpr (has_norm_sums<P>)
@@ -206,6 +210,8 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
       return gradients<T, bare_t<decltype(t)>...>{sliced, {}, true, nullptr, {}};
     }, targets);
     propagate_attention(parts[x], std::move(dq[x]), std::move(dk[x]), std::move(dv[x]), dw[x], acc);
+    if (db[x].rows() != 0)
+      with_chain_bias(parts[x].lhs().arg(), [&](const auto& b) { backprop_into(b, [&] { return db[x]; }, acc); });
     fused_sink_backprop(parts[x], d_o[x], forward[x].out, forward[x].row_stats.data(), acc);
     add_slice_sums(e, w, at[x], sums, acc.all_sums());
   }

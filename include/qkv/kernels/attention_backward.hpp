@@ -339,6 +339,18 @@ struct attention_backward_kernel {
       const T mx = g.row_stats[2 * (i0 + r)], l = g.row_stats[2 * (i0 + r) + 1];
       const batch vm(mx == softmax::neg_inf ? T(0) : mx), vinv(l == T(0) ? T(0) : T(1) / l), vd(delta[i0 + r]),
           vra(a);
+      if (g.d_bias.data != nullptr) {  // dB = bias_scale·f′·P ∘ (dP − D), before d is overwritten
+        const batch vb(p.bias_scale);
+        T* db = g.d_bias.ptr(i0 + r, j0);
+        for (std::size_t j = 0; j < counted; j += W) {
+          const batch w = softmax::exp(fmsub(vra, batch::load_aligned(u + j), vm)) * vinv;
+          batch dbj = vb * w * (batch::load_aligned(d + j) - vd);
+          if constexpr (traits::modifies) dbj = dbj * batch::load_aligned(slope + j);
+          alignas(64) T lanes[W];
+          xsimd::select(w == zero, zero, dbj).store_aligned(lanes);
+          for (std::size_t l = 0; l < W && j + l < count; ++l) db[j + l] = lanes[l];
+        }
+      }
       for (std::size_t j = 0; j < counted; j += W) {
         const batch w = softmax::exp(fmsub(vra, batch::load_aligned(u + j), vm)) * vinv;
         batch dsj = va * w * (batch::load_aligned(d + j) - vd);

@@ -111,6 +111,7 @@ struct attention_decode {
   static void scores(const attention_problem<T, S>& p, const T* q, std::size_t j0, std::size_t count, T* u) {
     constexpr std::size_t KB = 8;  // keys whose dot products run side by side
     const std::size_t dk = p.q.cols, body = dk - dk % W;
+    const batch q_tail = load_tail<Arch, T>(q + body, 1, dk - body);
     std::size_t j = 0;
     if (p.k.col_stride == 1) {
       for (; j + KB <= count; j += KB) {
@@ -123,12 +124,11 @@ struct attention_decode {
           for (std::size_t t = 0; t < KB; ++t)
             acc[t] = fmadd(qc, load(p.k.ptr(j0 + j + t, c)), acc[t]);
         }
+        if (body < dk)  // the tail as row_dot takes it: a zero-padded vector, alike for every S
+          for (std::size_t t = 0; t < KB; ++t)
+            acc[t] = fmadd(q_tail, load_tail<Arch, T>(p.k.ptr(j0 + j + t, body), 1, dk - body), acc[t]);
         // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
-        for (std::size_t t = 0; t < KB; ++t) {
-          T x = xsimd::hadd(acc[t]);
-          for (std::size_t c = body; c < dk; ++c) x += q[c] * static_cast<T>(p.k(j0 + j + t, c));
-          u[j + t] = x;
-        }
+        for (std::size_t t = 0; t < KB; ++t) u[j + t] = xsimd::hadd(acc[t]);
       }
     }
     for (; j < count; ++j) u[j] = row_dot<Arch>(q, 1, p.k.ptr(j0 + j, 0), p.k.col_stride, dk);
@@ -236,7 +236,14 @@ struct attention_decode {
     const batch va(a);
     if (xcs == 1)
       for (; c + W <= d; c += W) fmadd(va, load(x + c), batch::load_unaligned(y + c)).store_unaligned(y + c);
-    for (; c < d; ++c) y[c] += a * static_cast<T>(x[static_cast<std::ptrdiff_t>(c) * xcs]);
+    for (; c < d; c += W) {  // zero-padded vectors, alike for every S (row_dot.hpp)
+      const std::size_t k = d - c < W ? d - c : W;
+      alignas(64) T yt[W];
+      const batch r = fmadd(va, load_tail<Arch, T>(x + static_cast<std::ptrdiff_t>(c) * xcs, xcs, k),
+                            load_tail<Arch, T>(y + c, 1, k));
+      r.store_aligned(yt);
+      for (std::size_t l = 0; l < k; ++l) y[c + l] = yt[l];
+    }
   }
 
   // Decoding waits on memory, and between the keys and the values of a part

@@ -96,6 +96,9 @@ struct attention_gradient {
   strided<T> dk;           // m×dk
   strided<T> dv;           // m×dv
   T* d_term_weight = nullptr;  // dk: Σ_ij dS_ij ∂term/∂w_c, when not null
+  // n×m, unit column stride: the bias's gradient, bias_scale·f′·P ∘ (dP − D),
+  // written where a tile is computed (the caller zeroes it), when not null.
+  strided<T> d_bias{nullptr, 0, 0, 0, 1};
 };
 
 }  // namespace qkv::kernels

@@ -18,6 +18,9 @@
 #include <xsimd/xsimd.hpp>
 
 #include <cstddef>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace qkv::kernels {
 
@@ -30,20 +33,28 @@ bool runs_like_library() {
 }
 
 // The online-softmax kernel, whole, instantiated for this unit: K and V
-// packed once per problem (or group sharing them), then query blocks.
+// packed once per problem (or group sharing them), converted there from
+// their 2-byte storage S where they have it, then query blocks.
 template <class T, class Ext>
 struct attention_online_kernel {
   using kernel = attention_kernel<xsimd::default_arch, T, Ext>;
-  static std::size_t pack_size(const attention_problem<T>& p) {
+  template <class S>
+  static std::size_t pack_size(const attention_problem<T, S>& p) {
     return kernel::pack_size(p.k.rows, p.q.cols, p.v.cols);
   }
-  static void pack(const attention_problem<T>& p, T* shared) { kernel::pack(p, shared); }
-  static std::size_t blocks(const attention_problem<T>& p) {
+  template <class S>
+  static void pack(const attention_problem<T, S>& p, T* shared) {
+    kernel::pack(p, shared);
+  }
+  template <class S>
+  static std::size_t blocks(const attention_problem<T, S>& p) {
     return (p.q.rows + kernel::block_rows() - 1) / kernel::block_rows();
   }
-  static void block(const attention_problem<T>& p, const T* shared, std::size_t b, const Ext& ext) {
+  template <class S>
+  static void block(const attention_problem<T, S>& p, const T* shared, std::size_t b, const Ext& ext) {
     T* scratch = detail::thread_scratch<T, detail::scratch_slot::functor_block>(kernel::block_scratch_size(p.v.cols));
-    kernel::block(p, shared, b, scratch, ext);
+    if constexpr (std::is_same_v<S, T>) kernel::block(p, shared, b, scratch, ext);
+    else kernel::block(p.without_kv_data(), shared, b, scratch, ext);
   }
 };
 
@@ -52,44 +63,59 @@ struct attention_online_kernel {
 template <class Kernel, class T, class Ext>
 struct with_functors {
   const Ext& ext;
-  std::size_t shared_size(const attention_problem<T>& p) const { return Kernel::pack_size(p); }
-  void pack(const attention_problem<T>& p, T* shared) const { Kernel::pack(p, shared); }
-  std::size_t pieces(const attention_problem<T>& p) const { return Kernel::blocks(p); }
-  std::size_t scratch_size(const attention_problem<T>&) const { return 0; }
-  std::size_t kept_size(const attention_problem<T>&) const { return 0; }
-  void piece(const attention_problem<T>& p, const T* shared, std::size_t b, T*, T*) const {
+  template <class P>
+  std::size_t shared_size(const P& p) const { return Kernel::pack_size(p); }
+  template <class P>
+  void pack(const P& p, T* shared) const { Kernel::pack(p, shared); }
+  template <class P>
+  std::size_t pieces(const P& p) const { return Kernel::blocks(p); }
+  template <class P>
+  std::size_t scratch_size(const P&) const { return 0; }
+  template <class P>
+  std::size_t kept_size(const P&) const { return 0; }
+  template <class P>
+  void piece(const P& p, const T* shared, std::size_t b, T*, T*) const {
     Kernel::block(p, shared, b, ext);
   }
-  void finish(const attention_problem<T>&, const T*) const {}
+  template <class P>
+  void finish(const P&, const T*) const {}
 };
 
 // A few queries with the user's modifier or predicate over the dot
 // product's scores: the decode parts (attention_decode.hpp), instantiated
-// for this unit, K and V read once and never packed, the parts spread over
-// the threads and merged in part order as the compiled decode does.
+// for this unit, K and V read once as stored (converted as they stream),
+// never packed, the parts spread over the threads and merged in part order
+// as the compiled decode does.
 template <class T, class Ext>
 struct decode_with_functors {
   using kernel = attention_kernel<xsimd::default_arch, T, Ext>;
   const Ext& ext;
   static constexpr bool applies = !extension_traits<Ext, T>::has_term;
-  static bool decodes(const attention_problem<T>& p) { return kernel::sizes.decodes(p.q.rows); }
-  std::size_t shared_size(const attention_problem<T>&) const { return 0; }
-  void pack(const attention_problem<T>&, T*) const {}
-  std::size_t pieces(const attention_problem<T>& p) const { return kernel::decode_parts(p.q.rows, p.k.rows); }
-  std::size_t scratch_size(const attention_problem<T>& p) const {
-    return kernel::sizes.scratch_size(p.q.rows, p.k.rows, p.v.cols);
-  }
-  std::size_t kept_size(const attention_problem<T>& p) const {
-    return pieces(p) * kernel::decode_part_size(p.q.rows, p.v.cols);
-  }
-  void piece(const attention_problem<T>& p, const T*, std::size_t b, T* scratch, T* kept) const {
+  template <class P>
+  static bool decodes(const P& p) { return kernel::sizes.decodes(p.q.rows); }
+  template <class P>
+  std::size_t shared_size(const P&) const { return 0; }
+  template <class P>
+  void pack(const P&, T*) const {}
+  template <class P>
+  std::size_t pieces(const P& p) const { return kernel::decode_parts(p.q.rows, p.k.rows); }
+  template <class P>
+  std::size_t scratch_size(const P& p) const { return kernel::sizes.scratch_size(p.q.rows, p.k.rows, p.v.cols); }
+  template <class P>
+  std::size_t kept_size(const P& p) const { return pieces(p) * kernel::decode_part_size(p.q.rows, p.v.cols); }
+  template <class P>
+  void piece(const P& p, const T*, std::size_t b, T* scratch, T* kept) const {
     kernel::decoder::part(p, b, scratch, kept + b * kernel::decode_part_size(p.q.rows, p.v.cols), ext);
   }
-  void finish(const attention_problem<T>& p, const T* kept) const { kernel::decode_merge(p, kept, pieces(p)); }
+  template <class S>
+  void finish(const attention_problem<T, S>& p, const T* kept) const {
+    if constexpr (std::is_same_v<S, T>) kernel::decode_merge(p, kept, pieces(p));
+    else kernel::decode_merge(p.without_kv_data(), kept, pieces(p));
+  }
 };
 
-template <class Kernel, class T, class Ext>
-void attention_spread(const attention_problem<T>* problems, std::size_t count, const Ext& ext) {
+template <class Kernel, class T, class S, class Ext>
+void attention_spread(const attention_problem<T, S>* problems, std::size_t count, const Ext& ext) {
   schedule_attention(with_functors<Kernel, T, Ext>{ext}, problems, count);
 }
 
@@ -106,16 +132,51 @@ void attention_rows_with(const attention_problem<T>& p, const Ext& ext) {
   attention_spread<attention_rows_kernel<T, Ext>>(&p, 1, ext);
 }
 
-template <class T, class Ext>
-void attention_with(const attention_problem<T>* problems, std::size_t count, const Ext& ext) {
-  const bool like_library = runs_like_library<xsimd::default_arch>();  // (first: a bad QKV_ARCH throws here)
+// The problems with K and V widened from S to T (the row-block path reads
+// them in place), each distinct K or V once.
+template <class T, class S>
+struct widened_problems {
+  std::vector<attention_problem<T>> problems;
+  std::vector<detail::aligned_buffer<T>> kept;
+
+  widened_problems(const attention_problem<T, S>* ps, std::size_t count) {
+    std::vector<std::pair<const S*, const T*>> seen;
+    const auto widen = [&](strided<const S> x) -> strided<const T> {
+      for (const auto& [from, to] : seen)
+        if (from == x.data) return {to, x.rows, x.cols, static_cast<std::ptrdiff_t>(x.cols), 1};
+      kept.emplace_back(x.rows * x.cols, detail::aligned_buffer<T>::recycled);
+      T* to = kept.back().data();
+      for (std::size_t i = 0; i < x.rows; ++i)
+        for (std::size_t c = 0; c < x.cols; ++c) to[i * x.cols + c] = static_cast<T>(x(i, c));
+      seen.emplace_back(x.data, to);
+      return {to, x.rows, x.cols, static_cast<std::ptrdiff_t>(x.cols), 1};
+    };
+    kept.reserve(2 * count);  // (no reallocation: the pointers stay)
+    for (std::size_t x = 0; x < count; ++x) {
+      attention_problem<T> p = ps[x].without_kv_data();
+      p.k = widen(ps[x].k), p.v = widen(ps[x].v);
+      problems.push_back(p);
+    }
+  }
+};
+
+// S: how K and V are stored (T, or bf16 or f16 for float).
+template <class T, class S, class Ext>
+void attention_with(const attention_problem<T, S>* problems, std::size_t count, const Ext& ext) {
+  (void)active_blocking(sizeof(T));  // the kernels' set: a bad QKV_ARCH throws here, as in every evaluation
+  const bool like_library = runs_like_library<xsimd::default_arch>();
   if constexpr (decode_with_functors<T, Ext>::applies) {
     bool decodes = count > 0;
     for (std::size_t x = 0; x < count; ++x) decodes = decodes && decode_with_functors<T, Ext>::decodes(problems[x]);
     if (decodes) return schedule_attention(decode_with_functors<T, Ext>{ext}, problems, count);
   }
-  if (like_library) attention_spread<attention_online_kernel<T, Ext>>(problems, count, ext);
-  else attention_spread<attention_rows_kernel<T, Ext>>(problems, count, ext);
+  if (like_library) return attention_spread<attention_online_kernel<T, Ext>>(problems, count, ext);
+  if constexpr (std::is_same_v<S, T>) {
+    attention_spread<attention_rows_kernel<T, Ext>>(problems, count, ext);
+  } else {
+    const widened_problems<T, S> w(problems, count);
+    attention_spread<attention_rows_kernel<T, Ext>>(w.problems.data(), count, ext);
+  }
 }
 
 // out = the n×m scores Σ_c term(q_ic, k_jc) of an extension's similarity

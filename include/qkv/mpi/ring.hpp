@@ -37,12 +37,16 @@ template <class E>
 using slab_compute_t = std::conditional_t<qkv::detail::reads_half<E>() && !qkv::detail::reads_kv_as_stored<E>,
                                           compute_t<value_type_t<E>>, void>;
 
+// The forms qkv::mpi takes; the messages where e is not one. A constexpr
+// function, called in a static_assert of each entry point, so that they come
+// first, before anything that the entry's result type would say.
 template <class E>
-void require_distributable() {
+constexpr bool distributable() {
   static_assert(qkv::detail::has_fused_form<E>,
                 "qkv: mpi: e must be an attention with a fused form (eval(e, qkv::fused) says what breaks it)");
   static_assert(!qkv::detail::has_fused_form<E> || qkv::detail::has_rebindable_form<E>,
-                "qkv: mpi: a bias or mask matrix holds one rank's scores only; write it as a predicate or score_mod of positions");
+                "qkv: mpi: a bias or mask matrix holds one rank's scores only: write it as a predicate or score_mod of positions");
+  return true;
 }
 
 // Where one rank's ring spent its time: computing, waiting for the step's
