@@ -132,6 +132,8 @@ struct decode_inputs {
   static constexpr std::size_t H = 8, m = 8192, dd = 128;
   heads_t q = heads_t(1, H, 1, dd), K = heads_t(1, H, m, dd), V = heads_t(1, H, m, dd);
   heads_t lq = heads_t(4, 2, 1, dd), lK = heads_t(4, 2, m, dd), lV = heads_t(4, 2, m, dd);
+  tensor<bf16, dyn, dyn, dyn, dyn> Kh = tensor<bf16, dyn, dyn, dyn, dyn>(1, H, m, dd), Vh = tensor<bf16, dyn, dyn, dyn, dyn>(1, H, m, dd);
+  tensor<bf16, dyn, dyn, dyn, dyn> lKh = tensor<bf16, dyn, dyn, dyn, dyn>(4, 2, m, dd), lVh = tensor<bf16, dyn, dyn, dyn, dyn>(4, 2, m, dd);
   tensor<bool, dyn, dyn, dyn, dyn> lM = tensor<bool, dyn, dyn, dyn, dyn>(4, 1, 1, m);
   std::size_t len[4] = {8192, 5000, 2000, 700};
   decode_inputs() {
@@ -141,6 +143,8 @@ struct decode_inputs {
       for (std::size_t x = 0; x < t->size(); ++x) t->data()[x] = u(g);
     for (std::size_t b = 0; b < 4; ++b)
       for (std::size_t j = 0; j < m; ++j) lM(b, 0, 0, j) = j < len[b];
+    for (std::size_t x = 0; x < K.size(); ++x) Kh.data()[x] = bf16(K.data()[x]), Vh.data()[x] = bf16(V.data()[x]);
+    for (std::size_t x = 0; x < lK.size(); ++x) lKh.data()[x] = bf16(lK.data()[x]), lVh.data()[x] = bf16(lV.data()[x]);
   }
 };
 decode_inputs& decode_data() {
@@ -167,6 +171,14 @@ int register_decode() {
   register_benchmark("decode/lengths_none", [&x, ls] { return softmax(ls()) * x.lV; }, 1);
   register_benchmark("decode/lengths_mask", [&x, ls] { return softmax(masked(ls(), x.lM)) * x.lV; }, 1);
   register_benchmark("decode/lengths_predicate", [&x, ls] { return softmax(masked(ls(), below_length{x.len})) * x.lV; }, 1);
+  // The same over a bf16 cache (float queries), read as stored.
+  const auto sh = [&x] { return x.q * transpose(x.Kh) / sqrt(dim<128>); };
+  register_benchmark("decode_bf16/plain", [&x, sh] { return softmax(sh()) * x.Vh; }, 1);
+  register_benchmark("decode_bf16/alibi", [&x, sh, heads_alibi] { return softmax(score_mod(sh(), heads_alibi)) * x.Vh; }, 1);
+  register_benchmark("decode_bf16/soft_cap", [&x, sh] { return softmax(score_mod(sh(), soft_cap)) * x.Vh; }, 1);
+  const auto lsh = [&x] { return x.lq * transpose(x.lKh) / sqrt(dim<128>); };
+  register_benchmark("decode_bf16/lengths_mask", [&x, lsh] { return softmax(masked(lsh(), x.lM)) * x.lVh; }, 1);
+  register_benchmark("decode_bf16/lengths_predicate", [&x, lsh] { return softmax(masked(lsh(), below_length{x.len})) * x.lVh; }, 1);
   return 0;
 }
 

@@ -207,6 +207,24 @@ void additive_backward(benchmark::State& state, const bench::config& c, bool wit
   state.counters["pairs/s"] = benchmark::Counter(bench::visible_pairs(c), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Node by node (qkv::naive), every n×m matrix materialised: the built-in
+// dot product against the same written as a term of the user's, whose
+// derivatives the dual numbers give over batches of keys (grad/extensions.hpp).
+void node_by_node_backward(benchmark::State& state, const bench::config& c, bool user) {
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  const float scale = 1.0f / std::sqrt(float(c.d));
+  const auto dot = [](auto q, auto k) { return q * k; };
+  const auto run = [&](const auto& e) {
+    for (auto _ : state) {
+      auto g = qkv::gradient(e, in.dO, qkv::wrt(in.Q, in.K, in.V), qkv::naive);
+      benchmark::DoNotOptimize(std::get<0>(g).data());
+    }
+  };
+  if (user) run(softmax(causal(similarity(in.Q, in.K, dot)) * scale) * in.V);
+  else run(softmax(causal(in.Q * transpose(in.K)) * scale) * in.V);
+}
+
 template <class F>
 void register_each(const std::string& impl, F fn) {
   for (const bench::config& c : sizes())
@@ -220,6 +238,13 @@ const int registered = [] {
   register_each("fused_backward", fused_backward);
   register_each("soft_capped_backward", soft_capped_backward);
   register_each("user_dot_backward", user_dot_backward);
+  for (const bool user : {false, true}) {
+    const bench::config c{1024, 1024, 64, true};
+    benchmark::RegisterBenchmark(((user ? "user_dot_node_by_node/" : "dot_node_by_node/") + c.name()).c_str(),
+                                 [c, user](benchmark::State& s) { node_by_node_backward(s, c, user); })
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
+  }
 #ifdef QKV_BENCH_OPENBLAS
   register_each("openblas_backward", openblas_backward);
 #endif
