@@ -128,6 +128,8 @@ inline std::ostream& operator<<(std::ostream& os, const benchmark_result& r) {
   char line[160];
   const std::string first = r.path.substr(0, r.path.find('\n'));
   os << "qkv::benchmark: " << first << '\n';
+  if (const auto at = r.path.find("your functors: "); at != std::string::npos)  // (explain's advice on the flags)
+    os << "  " << r.path.substr(at, r.path.find('\n', at) - at) << '\n';
   std::snprintf(line, sizeof line, "  %-6s %12s %10s %14s\n", "", "median ms", "GFLOP/s", "bytes held");
   os << line;
   std::snprintf(line, sizeof line, "  %-6s %12.4g %10.3g %14s\n", "fused", r.fused_ms, r.gflops,
