@@ -9,7 +9,9 @@
 // the dot product too, whose backward runs in this unit
 // (qkv_gradient_bench_native: -march=native). And additive(Wq, Wk, w) with
 // and without w's gradient, fused and node by node; one head on two
-// threads, and eight.
+// threads, and eight. A learned relative-position bias as a table the
+// modifier reads (score_mod(S, f, P), its gradient scatter-added by the
+// kernel) against the same as an n×m bias matrix (S + B), and against none.
 #include "bench_common.hpp"
 
 #include <qkv/kernels/api.hpp>
@@ -225,6 +227,37 @@ void node_by_node_backward(benchmark::State& state, const bench::config& c, bool
   else run(softmax(causal(in.Q * transpose(in.K)) * scale) * in.V);
 }
 
+// The relative-position bias three ways, causal, forward (eval) or fused
+// backward (gradient with respect to Q, K, V and the bias's parameters):
+// form 0 the table P (1 × m, entry i − j), 1 the n×m matrix B it amounts
+// to, 2 no bias.
+void relative_bias(benchmark::State& state, const bench::config& c, int form, bool backward) {
+  qkv::set_threads(1);
+  gradient_inputs in(c);
+  const float scale = 1.0f / std::sqrt(float(c.d));
+  qkv::matrix<float, qkv::dyn, qkv::dyn> P(1, c.m), B(c.n, c.m);
+  for (std::size_t k = 0; k < c.m; ++k) P(0, k) = -0.01f * float(k % 97);
+  for (std::size_t i = 0; i < c.n; ++i)
+    for (std::size_t j = 0; j < c.m; ++j) B(i, j) = j <= i ? P(0, i - j) : 0.0f;
+  const auto rel = qkv::key_aligned([](auto s, auto i, auto j, auto p) { return s + p(i - j); });
+  const auto run = [&](const auto& e, const auto& bias) {
+    for (auto _ : state) {
+      if (backward) {
+        auto g = qkv::gradient(e, in.dO, qkv::wrt(in.Q, in.K, in.V, bias), qkv::fused);
+        benchmark::DoNotOptimize(std::get<0>(g).data());
+      } else {
+        qkv::eval_into(in.O, e);
+        benchmark::DoNotOptimize(in.O.data());
+      }
+    }
+  };
+  if (form == 0) run(softmax(causal(qkv::score_mod(in.Q * transpose(in.K) * scale, rel, P))) * in.V, P);
+  else if (form == 1) run(softmax(causal(in.Q * transpose(in.K) * scale + B)) * in.V, B);
+  else run(softmax(causal(in.Q * transpose(in.K) * scale)) * in.V, in.V);
+  if (backward) set_backward_counters(state, c);
+  else bench::set_counters(state, c);
+}
+
 template <class F>
 void register_each(const std::string& impl, F fn) {
   for (const bench::config& c : sizes())
@@ -245,6 +278,16 @@ const int registered = [] {
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime();
   }
+  for (const bool backward : {false, true})
+    for (int form = 0; form < 3; ++form) {
+      const bench::config c{2048, 2048, 64, true};
+      const char* forms[] = {"table", "bias_matrix", "none"};
+      benchmark::RegisterBenchmark((std::string("relative_bias/") + (backward ? "backward/" : "forward/") + forms[form] +
+                                    "/" + c.name()).c_str(),
+                                   [c, form, backward](benchmark::State& s) { relative_bias(s, c, form, backward); })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
 #ifdef QKV_BENCH_OPENBLAS
   register_each("openblas_backward", openblas_backward);
 #endif

@@ -72,6 +72,17 @@ struct chain_extension {
   V modify(const V& s, const V& i, const V& j, std::size_t b, std::size_t h) const {
     return call_modifier(*mod_f, s, i, j, b, h);
   }
+  // A modifier's tables (score_mod(S, f, P...)), for the backward.
+  std::size_t table_size() const
+    requires is_tabled_v<Mod>
+  {
+    return mod_f->size();
+  }
+  template <class V, class T>
+    requires is_tabled_v<Mod>
+  void add_table_slopes(const V& s, const V& i, const V& j, std::size_t b, std::size_t h, const V& g, T* sums) const {
+    mod_f->add_slopes(s, b, h, i, j, g, sums);
+  }
   bool keep(std::size_t i, std::size_t j, std::size_t b, std::size_t h) const
     requires(!std::is_same_v<Keep, none>)
   {

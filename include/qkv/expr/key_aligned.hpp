@@ -54,6 +54,17 @@ class key_aligned_t {
   auto operator()(const V& s, std::size_t b, std::size_t h, const V& i, const V& j) const {
     return f_(s, b, h, i + shift<V>(offset_), j + shift<V>(key_offset_));
   }
+  // With the tables of score_mod(S, f, P...): f(s, b, h, i', j, p...) or
+  // f(s, i', j, p...). (A member of its own: a call of four arguments
+  // would also try the predicates' forms.)
+  template <class V, class... P>
+  auto with_tables(const V& s, std::size_t b, std::size_t h, const V& i, const V& j, const P&... p) const
+    requires requires(const F& f, const V& v, std::size_t x) { f(v, x, x, v, v, p...); } ||
+             requires(const F& f, const V& v) { f(v, v, v, p...); }
+  {
+    if constexpr (requires { f_(s, b, h, i, j, p...); }) return f_(s, b, h, i + shift<V>(offset_), j + shift<V>(key_offset_), p...);
+    else return f_(s, i + shift<V>(offset_), j + shift<V>(key_offset_), p...);
+  }
 
   // Predicates: pred(i', j) and pred(b, h, i', j), on signed positions.
   bool operator()(std::size_t i, std::size_t j) const

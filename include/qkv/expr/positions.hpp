@@ -16,6 +16,7 @@
 #include "elementwise.hpp"
 #include "key_aligned.hpp"
 #include "node.hpp"
+#include "score_tables.hpp"
 #include "softmax.hpp"
 #include "transpose.hpp"
 
@@ -116,7 +117,9 @@ decltype(auto) pass_on(const X& x) {
 // positions, or else their shape (the last query at the last key).
 template <class F, class S>
 void place_functor_over(F& f, const S& scores) {
-  if constexpr (is_key_aligned_v<F>) {
+  if constexpr (is_tabled_v<F>) {  // score_mod(S, f, P...)'s own f
+    place_functor_over(f.function(), scores);
+  } else if constexpr (is_key_aligned_v<F>) {
     if (const auto p = find_positions(scores)) f.position(p->q0, p->k0);
     else f.place(scores.rows(), scores.cols());
   }

@@ -7,11 +7,13 @@
 // f(s, b, h, i, j) gets the batch and head indices too. i is the row of Q;
 // key_aligned(f) hands f the row's position among the keys instead.
 // f must be pure (same arguments, same result, on any thread) and copyable.
+// score_mod(S, f, P...) hands f tables that have gradients (score_tables.hpp).
 #pragma once
 
 #include "key_aligned.hpp"
 #include "positions.hpp"
 #include "node.hpp"
+#include "score_tables.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -84,6 +86,43 @@ inline constexpr bool is_score_mod_v<score_mod_expr<S, F>> = true;
 template <expression S, class F>
 auto score_mod(S&& s, F f) {
   return score_mod_expr<detail::closure_t<S&&>, F>(std::forward<S>(s), std::move(f));
+}
+
+// score_mod(S, f, P...): f(s, b, h, i, j, p...) (or f(s, i, j, p...)) reads
+// matrices P through accessors p, and gradient(e, dO, wrt(P)) gives theirs.
+namespace detail {
+// What score_mod(S, f, P...) builds in place of one it rejected, after its
+// message: s unchanged, and no more errors.
+struct unchanged_score {
+  template <class V>
+  V operator()(const V& s, const V&, const V&) const {
+    return s;
+  }
+};
+}  // namespace detail
+
+template <expression S, class F, expression... P>
+  requires(sizeof...(P) > 0)
+auto score_mod(S&& s, F f, P&&... p) {
+  using T = compute_t<std::remove_const_t<value_type_t<detail::bare_t<S>>>>;
+  constexpr bool tables = ((leaf<P> && std::is_same_v<std::remove_const_t<value_type_t<detail::bare_t<P>>>, T>) && ...);
+  static_assert(tables, "qkv: score_mod(S, f, P...): each P must be a matrix or matrix_view of S's compute type (float "
+                        "for bf16 and f16 scores)");
+  using G = tabled_modifier<F, detail::closure_t<P&&>...>;
+  constexpr bool callable = [] {
+    if constexpr (tables) return indexed_score_modifier<G, T>;
+    else return true;
+  }();
+  static_assert(callable,
+                "qkv: score_mod(S, f, P...): f must be callable as f(s, b, h, i, j, p...) or f(s, i, j, p...) on "
+                "numbers and on xsimd batches, each p an accessor p(r, c) or p(k) of a P (write (auto s, std::size_t b, "
+                "std::size_t h, auto i, auto j, auto p))");
+  if constexpr (tables && callable) {
+    return score_mod_expr<detail::closure_t<S&&>, G>(std::forward<S>(s), G(std::move(f), std::forward<P>(p)...));
+  } else {
+    (void)f, ((void)p, ...);
+    return score_mod_expr<detail::closure_t<S&&>, detail::unchanged_score>(std::forward<S>(s), {});
+  }
 }
 
 }  // namespace qkv

@@ -42,12 +42,55 @@ namespace detail {
                               "'s functor through operands(), where it is a constant: its gradient is not defined");
 }
 
+// score_mod(S, f, P...)'s tables: dP_e = Σ_ij G_ij ∂f/∂P_e at the scores
+// that read entry e (tabled_modifier::add_slopes), row by row, W keys at a
+// time; into each table that reads a target.
+template <class T, class S, class F, class... X>
+void table_backprop(const score_mod_expr<S, F>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
+  const F& f = e.function();
+  bool wanted = false;
+  std::apply([&](const auto&... p) { ((wanted = wanted || reads_any(p, acc.targets)), ...); }, f.operands());
+  if (!wanted) return;
+  if constexpr (differentiable_modifier<F, T>) {
+    using B = xsimd::batch<T>;
+    constexpr std::size_t W = B::size;
+    const grad_matrix<T> s = value_of<T>(e.arg());
+    std::vector<T> sums(f.size(), T(0));
+    alignas(64) T lanes[W], gs[W], ss[W];
+    for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
+    const B iota = B::load_aligned(lanes);
+    for (std::size_t i = 0; i < s.rows(); ++i)
+      for (std::size_t j = 0; j < s.cols(); j += W) {
+        const std::size_t k = s.cols() - j < W ? s.cols() - j : W;
+        bool any = false;
+        for (std::size_t l = 0; l < W; ++l) {
+          gs[l] = l < k ? g(i, j + l) : T(0), ss[l] = l < k ? s(i, j + l) : T(0);
+          any = any || gs[l] != T(0);
+        }
+        if (any)
+          f.add_slopes(B::load_aligned(ss), e.batch_index(), e.head_index(), B(T(i)), iota + B(T(j)),
+                       B::load_aligned(gs), sums.data());
+      }
+    std::size_t t = 0;
+    std::apply([&](const auto&... p) {
+      ((backprop_into(p, [&] {
+         grad_matrix<T> d(p.rows(), p.cols());
+         const T* from = sums.data() + f.offset(t);
+         for (std::size_t r = 0; r < p.rows(); ++r)
+           for (std::size_t c = 0; c < p.cols(); ++c) d(r, c) = from[r * p.cols() + c];
+         return d;
+       }, acc), ++t), ...);
+    }, f.operands());
+  }
+}
+
 template <class T, class S, class F, class... X>
 void backprop(const score_mod_expr<S, F>& e, const grad_matrix<T>& g, gradients<T, X...>& acc) {
   static_assert(differentiable_modifier<F, T>,
                 "qkv: gradient(e, dO, wrt(X...)): score_mod's f cannot be differentiated: write it generically "
                 "(auto parameters, arithmetic, numbers of the element type and the functions of <qkv/numeric/dual.hpp>)");
-  if (functor_reads_any(e.function(), acc.targets)) functor_constant("score_mod");
+  if constexpr (is_tabled_v<F>) table_backprop(e, g, acc);
+  else if (functor_reads_any(e.function(), acc.targets)) functor_constant("score_mod");
   if constexpr (differentiable_modifier<F, T>) {
     backprop_into(e.arg(), [&] {
       using B = xsimd::batch<T>;

@@ -84,9 +84,52 @@ bool functor_reads_target(const elementwise_expr<A, B, Op>& s, const W& w) {
 }
 template <class S, class W>
 bool functor_reads_target(const S& s, const W& w) {
-  if constexpr (requires { s.function(); })  // a score_mod's functor: node by node, which says so
-    if (functor_reads_any(s.function(), w)) return true;
+  // a score_mod's functor: node by node, which says so; the tables of
+  // score_mod(S, f, P...) have their gradients from the kernel.
+  if constexpr (requires { s.function(); })
+    if constexpr (!is_tabled_v<bare_t<decltype(s.function())>>)
+      if (functor_reads_any(s.function(), w)) return true;
   return functor_reads_target(s.arg(), w);
+}
+
+// f(t) for the tabled modifier t of a score chain (score_mod(S, f, P...)),
+// where it has one.
+template <class S, class F>
+void with_chain_tables(const S& s, F&& f) {
+  if constexpr (requires { s.function(); })
+    if constexpr (is_tabled_v<bare_t<decltype(s.function())>>) return f(s.function());
+  if constexpr (requires { s.arg(); }) with_chain_tables(s.arg(), f);
+}
+// Room for the gradients of the chain's tables where one reads a target;
+// empty elsewhere. Points g at it.
+template <class T, class S, class W>
+std::vector<T> table_sums_for(const S& s, const W& w, kernels::attention_gradient<T>& g) {
+  std::vector<T> sums;
+  with_chain_tables(s, [&](const auto& t) {
+    bool wanted = false;
+    std::apply([&](const auto&... p) { ((wanted = wanted || reads_any(p, w)), ...); }, t.operands());
+    if (wanted) sums.assign(t.size(), T(0));
+  });
+  g.d_tables = sums.empty() ? nullptr : sums.data();
+  g.tables_size = sums.size();
+  return sums;
+}
+// The kernel's table gradients on into the tables.
+template <class T, class S, class... X>
+void propagate_tables(const S& s, const std::vector<T>& sums, gradients<T, X...>& acc) {
+  if (sums.empty()) return;
+  with_chain_tables(s, [&](const auto& t) {
+    std::size_t k = 0;
+    std::apply([&](const auto&... p) {
+      ((backprop_into(p, [&] {
+         grad_matrix<T> d(p.rows(), p.cols());
+         const T* from = sums.data() + t.offset(k);
+         for (std::size_t r = 0; r < p.rows(); ++r)
+           for (std::size_t c = 0; c < p.cols(); ++c) d(r, c) = from[r * p.cols() + c];
+         return d;
+       }, acc), ++k), ...);
+    }, t.operands());
+  });
 }
 
 // f(B) for the bias B of a score chain, where it has one.
@@ -276,7 +319,9 @@ void backprop(const product_expr<A, V>& e, const grad_matrix<T>& g, gradients<T,
                                        dw.empty() ? nullptr : dw.data()};
   grad_matrix<T> db;
   if (into_bias) db = grad_matrix<T>(n, m), grads.d_bias = view_of<T>(db);
+  const std::vector<T> dt = table_sums_for(scores, acc.targets, grads);
   run_backward(&problem, &grads, 1, ext);
+  propagate_tables(scores, dt, acc);
   if (into_bias) with_chain_bias(scores, [&](const auto& b) { backprop_into(b, [&] { return db; }, acc); });
   if constexpr (has_norm_sums<E>) norms.fold(problem, dq, dk_);
   propagate_attention(e, std::move(dq), std::move(dk_), std::move(dv_), dw, acc);

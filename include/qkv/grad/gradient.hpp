@@ -174,7 +174,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
   }
   run_attention(problems.data(), count, ext);
   std::vector<grad_matrix<T>> d_o(count), dq(count), dk(count), dv(count), db(count);
-  std::vector<std::vector<T>> dw(count);
+  std::vector<std::vector<T>> dw(count), dt(count);
   std::vector<kernels::attention_gradient<T>> grads;
   grads.reserve(count);
   for (std::size_t x = 0; x < count; ++x) {
@@ -191,6 +191,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     const auto sliced = std::apply([](const auto&... t) { return wrt_t<bare_t<decltype(t)>...>{std::tie(t...)}; }, targets);
     if (chain_bias_reads_any(parts[x].lhs().arg(), sliced))
       db[x] = grad_matrix<T>(p.q.rows, p.k.rows), grads.back().d_bias = view_of<T>(db[x]);
+    dt[x] = table_sums_for(parts[x].lhs().arg(), sliced, grads.back());
   }
   std::vector<norm_sums<T>> norms(has_norm_sums<P> ? count : 0);
   if constexpr (has_norm_sums<P>)
@@ -212,6 +213,7 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
     propagate_attention(parts[x], std::move(dq[x]), std::move(dk[x]), std::move(dv[x]), dw[x], acc);
     if (db[x].rows() != 0)
       with_chain_bias(parts[x].lhs().arg(), [&](const auto& b) { backprop_into(b, [&] { return db[x]; }, acc); });
+    propagate_tables(parts[x].lhs().arg(), dt[x], acc);
     fused_sink_backprop(parts[x], d_o[x], forward[x].out, forward[x].row_stats.data(), acc);
     add_slice_sums(e, w, at[x], sums, acc.all_sums());
   }

@@ -106,10 +106,20 @@ struct attention_backward_kernel {
     x.tw = x.dvt + dv * x.m_ld;  // the term's weights: dk sums per key group
     x.dqt = x.tw + (traits::has_term_weight ? key_groups(m, dk, dv) * dk : 0);
     x.end = x.dqt + (traits::has_term ? dk * x.n_ld : 0);  // a term's dQ, summed transposed
-    return x;
+    return x;  // (then a modifier's table sums, tables_size per key group: table_sums)
   }
   static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) {
     return layout(n, m, dk, dv).end;
+  }
+  // With the sums of tables_size table entries per key group.
+  static constexpr std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv,
+                                           std::size_t tables_size) {
+    return layout(n, m, dk, dv).end + key_groups(m, dk, dv) * tables_size;
+  }
+  // Key group kg's sums of the gradients of the tables a modifier reads.
+  static T* table_sums(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t kg) {
+    const std::size_t m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
+    return shared + layout(p.q.rows, m, dk, dv).end + kg * g.tables_size;
   }
   // A tile's scores or weights, dP or dS, and P and dS packed (or, with a
   // term, dS transposed, rows of up(BQ, NR) queries): per thread.
@@ -144,6 +154,8 @@ struct attention_backward_kernel {
       delta[i] = row_dot<Arch>(g.d_out.ptr(i, 0), g.d_out.col_stride, g.out.ptr(i, 0), g.out.col_stride, dv);
     }
     std::fill(shared + x.dkt, shared + x.end, T(0));
+    if constexpr (traits::has_tables)
+      if (g.d_tables != nullptr) std::fill_n(table_sums(p, g, shared, 0), key_groups(m, dk, dv) * g.tables_size, T(0));
     if constexpr (!traits::has_term)
       for (std::size_t i = 0; i < n; ++i) {
         if (g.dq.col_stride == 1) std::fill_n(g.dq.ptr(i, 0), dk, T(0));
@@ -180,15 +192,17 @@ struct attention_backward_kernel {
                         T* scratch, bool with_dq, const Ext& ext) {
     const std::size_t n = p.q.rows, m = p.k.rows, per = group_blocks(m, p.q.cols, p.v.cols);
     const std::size_t kb1 = min((kg + 1) * per, key_blocks(m));
-    T* weight_sums = nullptr;
+    group_sums sums;
     if constexpr (traits::has_term_weight)
-      if (g.d_term_weight != nullptr) weight_sums = shared + layout(n, m, p.q.cols, p.v.cols).tw + kg * p.q.cols;
+      if (g.d_term_weight != nullptr) sums.weights = shared + layout(n, m, p.q.cols, p.v.cols).tw + kg * p.q.cols;
+    if constexpr (traits::has_tables)
+      if (g.d_tables != nullptr) sums.tables = table_sums(p, g, shared, kg);
     for (std::size_t qb = 0; qb < query_blocks(n); ++qb) {
       const std::size_t i0 = qb * BQ, br = min(BQ, n - i0);
       for (std::size_t kb = kg * per; kb < kb1; ++kb) {
         const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
         if (visible(p, ext, i0, br, j0, bc))
-          pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, weight_sums, ext, kb + 1 == kb1 ? i0 + BQ : n);
+          pair(p, g, shared, i0, br, j0, bc, scratch, true, with_dq, sums, ext, kb + 1 == kb1 ? i0 + BQ : n);
       }
     }
   }
@@ -199,7 +213,7 @@ struct attention_backward_kernel {
     const std::size_t n = p.q.rows, m = p.k.rows, i0 = qb * BQ, br = min(BQ, n - i0);
     for (std::size_t kb = 0; kb < key_blocks(m); ++kb) {
       const std::size_t j0 = kb * BK, bc = min(BK, m - j0);
-      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, false, true, nullptr, ext, n);
+      if (visible(p, ext, i0, br, j0, bc)) pair(p, g, shared, i0, br, j0, bc, scratch, false, true, group_sums{}, ext, n);
     }
   }
 
@@ -212,16 +226,31 @@ struct attention_backward_kernel {
     transpose_to(shared + x.dkt, x.m_ld, g.dk);
     transpose_to(shared + x.dvt, x.m_ld, g.dv);
     if constexpr (traits::has_term_weight) {
-      if (g.d_term_weight == nullptr) return;
-      for (std::size_t c = 0; c < dk; ++c) {
-        T sum = T(0);
-        for (std::size_t kg = 0; kg < key_groups(m, dk, dv); ++kg) sum += shared[x.tw + kg * dk + c];
-        g.d_term_weight[c] = sum;
-      }
+      if (g.d_term_weight != nullptr)
+        for (std::size_t c = 0; c < dk; ++c) {
+          T sum = T(0);
+          for (std::size_t kg = 0; kg < key_groups(m, dk, dv); ++kg) sum += shared[x.tw + kg * dk + c];
+          g.d_term_weight[c] = sum;
+        }
+    }
+    if constexpr (traits::has_tables) {
+      if (g.d_tables != nullptr)
+        for (std::size_t e = 0; e < g.tables_size; ++e) {
+          T sum = T(0);
+          for (std::size_t kg = 0; kg < key_groups(m, dk, dv); ++kg) sum += shared[x.end + kg * g.tables_size + e];
+          g.d_tables[e] = sum;
+        }
     }
   }
 
  private:
+  // A key group's sums, where it keeps them: additive's weights', a
+  // modifier's tables'.
+  struct group_sums {
+    T* weights = nullptr;
+    T* tables = nullptr;
+  };
+
   static typename term_grads::operands term_operands(T* shared, const parts& x, std::size_t dk) {
     return {shared + x.qt, x.n_ld, shared + x.kz, shared + x.dkt, x.m_ld, shared + x.dqt, dk};
   }
@@ -270,7 +299,7 @@ struct attention_backward_kernel {
   // One tile: queries [i0, i0 + br), keys [j0, j0 + bc).
   static void pair(const attention_problem<T>& p, const attention_gradient<T>& g, T* shared, std::size_t i0,
                    std::size_t br, std::size_t j0, std::size_t bc, T* scratch, bool with_dkdv, bool with_dq,
-                   T* weight_sums, const Ext& ext, std::size_t next) {
+                   group_sums sums, const Ext& ext, std::size_t next) {
     const std::size_t n = p.q.rows, m = p.k.rows, dk = p.q.cols, dv = p.v.cols;
     const parts x = layout(n, m, dk, dv);
     const std::size_t bcp = up(bc, NR);
@@ -324,13 +353,16 @@ struct attention_backward_kernel {
     const batch zero(T(0)), va(p.scale);
     // With a modifier f: dS = a · f′ · P ∘ (dP − D), f′ at each score.
     alignas(64) T slope[traits::modifies ? BK : 1];
+    // With tables (score_mod(S, f, P...)): the scores f saw, and G = P ∘ (dP − D).
+    alignas(64) T pre[traits::has_tables ? BK : 1], gw[traits::has_tables ? BK : 1];
     for (std::size_t r = 0; r < br; ++r) {
       T* u = s + r * BK;
       T* d = ds + r * BK;
       const std::size_t count = keys[r / MR], counted = up(count, W);
       for (std::size_t j = counted; j < bcp; ++j) u[j] = d[j] = T(0);
       if (count == 0) continue;
-      const T a = scores::template apply<traits::modifies>(p, i0 + r, j0, count, u, ext, slope);
+      const T a = scores::template apply<traits::modifies>(p, i0 + r, j0, count, u, ext, slope,
+                                                            traits::has_tables ? pre : nullptr);
       if constexpr (traits::modifies)
         for (std::size_t j = count; j < counted; ++j) slope[j] = T(0);
       for (std::size_t j = count; j < counted; ++j) u[j] = softmax::neg_inf;
@@ -351,6 +383,16 @@ struct attention_backward_kernel {
           for (std::size_t l = 0; l < W && j + l < count; ++l) db[j + l] = lanes[l];
         }
       }
+      if constexpr (traits::has_tables) {
+        if (sums.tables != nullptr) {
+          for (std::size_t j = count; j < counted; ++j) pre[j] = T(0);
+          for (std::size_t j = 0; j < counted; j += W) {
+            const batch w = softmax::exp(fmsub(vra, batch::load_aligned(u + j), vm)) * vinv;
+            xsimd::select(w == zero, zero, w * (batch::load_aligned(d + j) - vd)).store_aligned(gw + j);
+          }
+          table_slopes(ext, i0 + r, j0, counted, pre, gw, p.batch, p.head, sums.tables);
+        }
+      }
       for (std::size_t j = 0; j < counted; j += W) {
         const batch w = softmax::exp(fmsub(vra, batch::load_aligned(u + j), vm)) * vinv;
         batch dsj = va * w * (batch::load_aligned(d + j) - vd);
@@ -364,7 +406,7 @@ struct attention_backward_kernel {
       tile::pack(s, BK, 1, br, bc, pp);
       sum_over_queries(shared + x.dot, x.n_ld, i0, br, first, dv, pp, shared + x.dvt, x.m_ld, j0, bc, next, ahead);
       if constexpr (traits::has_term) {
-        term_grads::keys(term_operands(shared, x, dk), i0, br, first, ds, j0, bc, weight_sums, ext, next, ahead);
+        term_grads::keys(term_operands(shared, x, dk), i0, br, first, ds, j0, bc, sums.weights, ext, next, ahead);
       } else {
         tile::pack(ds, BK, 1, br, bc, dsp);
         sum_over_queries(shared + x.qt, x.n_ld, i0, br, first, dk, dsp, shared + x.dkt, x.m_ld, j0, bc, next, ahead);
@@ -384,6 +426,21 @@ struct attention_backward_kernel {
                                 min(NR, dk - c), true);
         }
       }
+    }
+  }
+
+  // The tables' gradients from row i's keys [j0, j0 + count): G (gw) times
+  // f's derivative in each entry read at the score f saw (pre), W keys at a
+  // time, added in key order.
+  static void table_slopes(const Ext& ext, std::size_t i, std::size_t j0, std::size_t count, const T* pre,
+                           const T* gw, std::size_t b, std::size_t h, T* sums) {
+    alignas(64) T lanes[W];
+    for (std::size_t l = 0; l < W; ++l) lanes[l] = T(l);
+    const batch iota = batch::load_aligned(lanes), vi(static_cast<T>(i)), zero(T(0));
+    for (std::size_t j = 0; j < count; j += W) {
+      const batch gj = batch::load_aligned(gw + j);
+      if (xsimd::all(gj == zero)) continue;
+      ext.add_table_slopes(batch::load_aligned(pre + j), vi, iota + batch(static_cast<T>(j0 + j)), b, h, gj, sums);
     }
   }
 

@@ -21,7 +21,8 @@ struct backward_with_functors {
   using kernel = attention_backward_kernel<xsimd::default_arch, T, Ext, blocking_of<xsimd::default_arch, T>()>;
   const Ext& ext;
   std::size_t shared_size(std::size_t n, std::size_t m, std::size_t dk, std::size_t dv) const {
-    return kernel::shared_size(n, m, dk, dv);
+    if constexpr (extension_traits<Ext, T>::has_tables) return kernel::shared_size(n, m, dk, dv, ext.table_size());
+    else return kernel::shared_size(n, m, dk, dv);
   }
   std::size_t scratch_size() const { return kernel::scratch_size(); }
   std::size_t query_blocks(std::size_t n) const { return kernel::query_blocks(n); }

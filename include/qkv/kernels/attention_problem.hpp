@@ -99,6 +99,10 @@ struct attention_gradient {
   // n×m, unit column stride: the bias's gradient, bias_scale·f′·P ∘ (dP − D),
   // written where a tile is computed (the caller zeroes it), when not null.
   strided<T> d_bias{nullptr, 0, 0, 0, 1};
+  // The tables a modifier reads (score_mod(S, f, P...)): their gradients,
+  // tables_size entries, written by finish() when not null.
+  T* d_tables = nullptr;
+  std::size_t tables_size = 0;
 };
 
 }  // namespace qkv::kernels

@@ -10,6 +10,9 @@
 //                   the query and key positions, and the slice's batch and
 //                   head indices (attention_problem's batch and head)
 //   keep(i, j, b, h)       a predicate mask: false excludes key j from query i
+//   table_size(), add_table_slopes(s, i, j, b, h, g, sums)   with modify,
+//                   when the modifier reads tables (score_mod(S, f, P...)):
+//                   their entries in all, and sums[e] += g·∂f/∂P_e at s
 // The first two are called on xsimd batches (W keys side by side, i and j as
 // values of the element type) and on scalars; keep on std::size_t indices.
 #pragma once
@@ -27,6 +30,7 @@ struct extension_traits {
   static constexpr bool has_term_weight = requires(const Ext& e, T x) { e.term_weight(x, x, std::size_t(0)); };
   static constexpr bool modifies = requires(const Ext& e, T x, std::size_t b) { e.modify(x, x, x, b, b); };
   static constexpr bool keeps = requires(const Ext& e, std::size_t i) { e.keep(i, i, i, i); };
+  static constexpr bool has_tables = requires(const Ext& e) { e.table_size(); };
 };
 
 }  // namespace qkv::kernels

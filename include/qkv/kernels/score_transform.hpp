@@ -12,6 +12,7 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <utility>
@@ -46,9 +47,10 @@ struct score_transform {
   // nothing else needs the scaled score; online_softmax.hpp). With_slope
   // (a modifier's backward), slope[j] is the modifier's derivative f′ at
   // u[j]'s scaled, biased score: only then is f called on dual numbers.
+  // Pre, where given, gets the scores the modifier saw.
   template <bool with_slope = false>
   static T apply(const attention_problem<T>& p, std::size_t i, std::size_t j0, std::size_t count, T* u,
-                 const Ext& ext = Ext{}, T* slope = nullptr) {
+                 const Ext& ext = Ext{}, T* slope = nullptr, T* pre = nullptr) {
     T a = p.scale;
     if (p.bias.data != nullptr || p.col_bias.data != nullptr || !(p.scale > T(0)) || traits::modifies) {
       const batch vs(p.scale), vb(p.bias_scale);
@@ -70,6 +72,7 @@ struct score_transform {
         for (j = 0; j < count; ++j) u[j] += r;
       }
       if constexpr (traits::modifies) {
+        if (pre != nullptr) std::copy_n(u, count, pre);
         if constexpr (with_slope) modify_with_slope(ext, i, j0, count, u, slope, p.batch, p.head);
         else modify(ext, i, j0, count, u, p.batch, p.head);
       }
