@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <stdexcept>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -36,10 +37,11 @@ namespace detail {
 // variable (its derivative is f's tangent), each read's entry per lane
 // (−1 where outside) is noted, so that the tangent can be added there.
 struct table_reads {
-  static constexpr std::size_t most_reads = 8, most_lanes = 16;
+  static constexpr std::size_t most_reads = 32, most_lanes = 16;
   std::size_t active = 0, count = 0;
-  std::size_t table[most_reads] = {};
-  long long at[most_reads][most_lanes] = {};
+  bool overflow = false;  // more reads than most_reads in a call
+  std::size_t table[most_reads];           // (written before read: left
+  long long at[most_reads][most_lanes];    // uninitialised, 4 KiB a call)
 };
 inline thread_local table_reads* active_table_reads = nullptr;
 
@@ -123,7 +125,8 @@ class table_access {
       return value;
     } else {
       table_reads* reads = active_table_reads;
-      if (reads == nullptr || reads->count >= table_reads::most_reads) return V(value);
+      if (reads == nullptr) return V(value);
+      if (reads->count >= table_reads::most_reads) return reads->overflow = true, V(value);
       const std::size_t k = reads->count++;
       reads->table[k] = id_;
       alignas(64) T dense[lanes], in[lanes];
@@ -206,8 +209,8 @@ class tabled_modifier {
   }
 
   // sums[entry] += g · ∂f/∂entry for each lane with g ≠ 0, f at (s, i, j):
-  // f once per table read, that read the variable (reads in a call beyond
-  // table_reads::most_reads have no gradient). V a number or a batch.
+  // f once per table read, that read the variable (up to
+  // table_reads::most_reads reads a call; more throw). V a number or a batch.
   template <class V>
   void add_slopes(const V& s, std::size_t b, std::size_t h, const V& i, const V& j, const V& g, auto* sums) const {
     using D = dual<V>;
@@ -220,10 +223,16 @@ class tabled_modifier {
     if constexpr (lanes == 1) gl[0] = g;
     else g.store_aligned(gl);
     detail::table_reads reads;
-    detail::table_reads* const outer = std::exchange(detail::active_table_reads, &reads);
+    struct restore {  // (also when f throws)
+      detail::table_reads* outer;
+      ~restore() { detail::active_table_reads = outer; }
+    } const guard{std::exchange(detail::active_table_reads, &reads)};
     for (reads.active = 0; reads.active < detail::table_reads::most_reads; ++reads.active) {
       reads.count = 0;
       const D r = (*this)(D(s), b, h, D(i), D(j));
+      if (reads.overflow)
+        throw std::invalid_argument("qkv: gradient(e, dO, wrt(P)): score_mod's f reads its tables more than 32 times "
+                                    "in one call: their gradients would be incomplete");
       if (reads.count <= reads.active) break;
       if constexpr (lanes == 1) dl[0] = r.d;
       else r.d.store_aligned(dl);
@@ -234,7 +243,6 @@ class tabled_modifier {
         sums[offset(t) + static_cast<std::size_t>(at)] += gl[l] * dl[l];
       }
     }
-    detail::active_table_reads = outer;
   }
 
  private:

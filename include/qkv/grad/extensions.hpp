@@ -71,16 +71,7 @@ void table_backprop(const score_mod_expr<S, F>& e, const grad_matrix<T>& g, grad
           f.add_slopes(B::load_aligned(ss), e.batch_index(), e.head_index(), B(T(i)), iota + B(T(j)),
                        B::load_aligned(gs), sums.data());
       }
-    std::size_t t = 0;
-    std::apply([&](const auto&... p) {
-      ((backprop_into(p, [&] {
-         grad_matrix<T> d(p.rows(), p.cols());
-         const T* from = sums.data() + f.offset(t);
-         for (std::size_t r = 0; r < p.rows(); ++r)
-           for (std::size_t c = 0; c < p.cols(); ++c) d(r, c) = from[r * p.cols() + c];
-         return d;
-       }, acc), ++t), ...);
-    }, f.operands());
+    tables_into(f, sums.data(), acc);
   }
 }
 

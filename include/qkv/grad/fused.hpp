@@ -118,18 +118,7 @@ std::vector<T> table_sums_for(const S& s, const W& w, kernels::attention_gradien
 template <class T, class S, class... X>
 void propagate_tables(const S& s, const std::vector<T>& sums, gradients<T, X...>& acc) {
   if (sums.empty()) return;
-  with_chain_tables(s, [&](const auto& t) {
-    std::size_t k = 0;
-    std::apply([&](const auto&... p) {
-      ((backprop_into(p, [&] {
-         grad_matrix<T> d(p.rows(), p.cols());
-         const T* from = sums.data() + t.offset(k);
-         for (std::size_t r = 0; r < p.rows(); ++r)
-           for (std::size_t c = 0; c < p.cols(); ++c) d(r, c) = from[r * p.cols() + c];
-         return d;
-       }, acc), ++k), ...);
-    }, t.operands());
-  });
+  with_chain_tables(s, [&](const auto& t) { tables_into(t, sums.data(), acc); });
 }
 
 // f(B) for the bias B of a score chain, where it has one.

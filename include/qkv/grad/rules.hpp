@@ -236,6 +236,23 @@ void backprop_into(const E& e, G&& make_gradient, gradients<T, X...>& acc) {
   else backprop(e, grad_matrix<T>(make_gradient()), acc);
 }
 
+// The gradients of the tables a modifier reads (score_mod(S, f, P...)),
+// summed flat in `sums` (the tables' entries row by row, one table after
+// another), on into each table that reads a target.
+template <class T, class Tabled, class... X>
+void tables_into(const Tabled& f, const T* sums, gradients<T, X...>& acc) {
+  std::size_t t = 0;
+  std::apply([&](const auto&... p) {
+    ((backprop_into(p, [&] {
+       grad_matrix<T> d(p.rows(), p.cols());
+       const T* from = sums + f.offset(t);
+       for (std::size_t r = 0; r < p.rows(); ++r)
+         for (std::size_t c = 0; c < p.cols(); ++c) d(r, c) = from[r * p.cols() + c];
+       return d;
+     }, acc), ++t), ...);
+  }, f.operands());
+}
+
 // g · B (or g · Bᵀ), where an exact zero of g is no contribution: 0 times
 // an infinite or NaN value of B (a masked key's padding) adds nothing, as
 // in the fused backward, which never reads a key no row sees. The plain
