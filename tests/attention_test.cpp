@@ -138,19 +138,18 @@ void check_attention(std::size_t n, std::size_t m, std::size_t dk, std::size_t d
     }
 
   const T root = qkv::sqrt(T(dk));
-  const ref::real rscale = 1 / static_cast<ref::real>(root);
-  auto scores = [&](const ref::mat& q, const ref::mat& k) {
-    return ref::scale(ref::matmul(q, ref::transpose(k)), rscale);
-  };
-  auto plus = [](ref::mat s, const ref::mat& b) {
+  using R = ref::real_for<T>;
+  using rm = const ref::mat_for<T>&;
+  const R rscale = 1 / static_cast<R>(root);
+  auto scores = [&](rm q, rm k) { return ref::scale(ref::matmul(q, ref::transpose(k)), rscale); };
+  auto plus = [](ref::mat_for<T> s, rm b) {
     for (std::size_t x = 0; x < s.v.size(); ++x) s.v[x] += b.v[x];
     return s;
   };
-  auto expect = [&](const ref::mat& q, const ref::mat& k, const ref::mat& v, const ref::mat& s) {
-    const ref::mat p = ref::softmax(s);
+  auto expect = [&](rm q, rm k, rm v, rm s) {
+    const ref::mat_for<T> p = ref::softmax(s);
     return test::expected{ref::matmul(p, v), ref::attention_bound<T>(q, k, v, rscale, s, p)};
   };
-  using rm = const ref::mat&;
   INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", scores ~" << score_range << ", "
               << (sizeof(T) == 4 ? "float" : "double"));
   auto wanted = [&](std::string_view form) {
@@ -289,11 +288,11 @@ TEST_CASE("static and dynamic shapes give identical results with either strategy
       REQUIRE(Osn(i, j) == Odn(i, j));
     }
   // The laws on the static shapes, static_cost against cost among them.
-  const ref::real rs = 1 / static_cast<ref::real>(static_cast<float>(sqrt(dim<16>)));
+  const ref::real_for<float> rs = 1 / static_cast<ref::real_for<float>>(static_cast<float>(sqrt(dim<16>)));
   test::check_laws<float>(
       test::law{"static shapes", [](auto& q, auto& k, auto& v) { return softmax(q * transpose(k) / sqrt(dim<16>)) * v; },
-                [&](const ref::mat& q, const ref::mat& k, const ref::mat& v) {
-                  const ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), rs), p = ref::softmax(s);
+                [&](const ref::mat_for<float>& q, const ref::mat_for<float>& k, const ref::mat_for<float>& v) {
+                  const ref::mat_for<float> s = ref::scale(ref::matmul(q, ref::transpose(k)), rs), p = ref::softmax(s);
                   return test::expected{ref::matmul(p, v), ref::attention_bound<float>(q, k, v, rs, s, p)};
                 }},
       Q, K, V);

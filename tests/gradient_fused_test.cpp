@@ -113,7 +113,7 @@ TEMPLATE_TEST_CASE("fused backward, tiny blocks: every tail and skip, NaN behind
             for (ref::real& x : v.v) x = std::isnan(x) ? 0 : x;
             const auto f = form == 1 ? ref::attention_form::causal : form == 2 ? ref::attention_form::mask
                                                                                 : ref::attention_form::plain;
-            const ref::gradient_reference r =
+            const ref::gradient_reference<> r =
                 ref::attention_backward<T>(ref::from(Q), k, v, ref::from(dO), 0.5L, f, M, nullptr, true);
             INFO("n = " << n << ", m = " << m << ", dk = " << dk << ", dv = " << dv << ", form " << form);
             REQUIRE(ref::worst_ratio(dQ, r.dq, r.bq) <= 1);  // (NaN: a ratio that is not ≤ 1)

@@ -54,7 +54,7 @@ auto attention(const matrix<T, dyn, dyn>& Q, const matrix<T, dyn, dyn>& K, const
 
 // Shapes across the fused kernel's tails: query blocks of 64 to 66 rows
 // (with MR = 4, 6 or 8), key tiles of 64, vector widths 2 to 16.
-TEMPLATE_TEST_CASE("the attention backward, node by node and fused, matches the long-double reference within its bound",
+TEMPLATE_TEST_CASE("the attention backward, node by node and fused, matches the reference within its bound",
                    "[gradient]", float, double) {
   using T = TestType;
   const auto [n, m, dk, dv] = GENERATE(table<std::size_t, std::size_t, std::size_t, std::size_t>(
@@ -71,13 +71,14 @@ TEMPLATE_TEST_CASE("the attention backward, node by node and fused, matches the 
     rng.fill(B, -3, 3);
     const auto keep = pattern(n, m);
     const T c = T(1) / std::sqrt(T(dk));
-    const ref::mat rb = ref::from(B);
+    using R = ref::real_for<T>;
+    const ref::mat_for<T> rb = ref::from<R>(B);
     for (const bool fused_pass : {false, true}) {
       INFO((fused_pass ? "fused" : "node by node"));
       const auto [dQ, dK, dV] = fused_pass ? attention(Q, K, V, c, f, keep, B, dO, qkv::fused)
                                            : attention(Q, K, V, c, f, keep, B, dO, naive);
-      const ref::gradient_reference r = ref::attention_backward<T>(ref::from(Q), ref::from(K), ref::from(V),
-                                                                   ref::from(dO), c, f, keep, &rb, fused_pass);
+      const auto r = ref::attention_backward<T>(ref::from<R>(Q), ref::from<R>(K), ref::from<R>(V), ref::from<R>(dO),
+                                                static_cast<R>(c), f, keep, &rb, fused_pass);
       CHECK(ref::worst_ratio(dQ, r.dq, r.bq) <= 1);
       CHECK(ref::worst_ratio(dK, r.dk, r.bk) <= 1);
       CHECK(ref::worst_ratio(dV, r.dv, r.bv) <= 1);

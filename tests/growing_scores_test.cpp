@@ -39,13 +39,14 @@ struct growing {
 template <class T>
 void check_growing(std::size_t n, std::size_t m, double growth, bool is_causal, std::size_t per = 256) {
   if (test::emulation_skips(n, m, 16, 8)) return;
+  using R = ref::real_for<T>;
   const growing<T> in(n, m, growth, static_cast<std::uint32_t>(n + m), per);
-  const auto q = ref::from(in.Q), k = ref::from(in.K), v = ref::from(in.V);
-  const ref::real rs = 0.25;
-  ref::mat s = ref::scale(ref::matmul(q, ref::transpose(k)), rs);
+  const auto q = ref::from<R>(in.Q), k = ref::from<R>(in.K), v = ref::from<R>(in.V);
+  const R rs = 0.25;
+  ref::basic_mat<R> s = ref::scale(ref::matmul(q, ref::transpose(k)), rs);
   if (is_causal) s = ref::causal(s);
-  const ref::mat p = ref::softmax(s);
-  const ref::mat want = ref::matmul(p, v), bound = ref::attention_bound<T>(q, k, v, rs, s, p);
+  const ref::basic_mat<R> p = ref::softmax(s);
+  const ref::basic_mat<R> want = ref::matmul(p, v), bound = ref::attention_bound<T>(q, k, v, rs, s, p);
   INFO("n = " << n << ", m = " << m << ", growth " << growth << " per " << per << " keys" << (is_causal ? ", causal" : "")
               << ", " << (sizeof(T) == 4 ? "float" : "double"));
   const T root = qkv::sqrt(T(16));

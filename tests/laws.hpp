@@ -1,7 +1,7 @@
 // Laws every attention expression obeys, stated once. A test names a case:
 // a factory that builds the expression from its operands (the same factory
-// builds it from matrices and from tensors) and the long-double reference of
-// its result with the error bound, from the operands as ref::mat. check_laws
+// builds it from matrices and from tensors) and the reference of its result
+// with the error bound, from the operands as ref::mat_for<T>. check_laws
 // then holds the expression to:
 //   1. naive evaluation within the reference bound;
 //   2. fused evaluation (where e has a fused form) within the bound, and
@@ -29,10 +29,14 @@
 
 namespace test {
 
-// The reference result of one expression and the bound on its error.
+// The reference result of one expression and the bound on its error, in
+// ref::real_for<T> for a result in T.
+template <class R>
 struct expected {
-  ref::mat want, bound;
+  ref::basic_mat<R> want, bound;
 };
+template <class R>
+expected(ref::basic_mat<R>, ref::basic_mat<R>) -> expected<R>;
 
 // How the fused result is compared with the naive one, beyond both being
 // within the bound.
@@ -58,7 +62,7 @@ template <class Make, class Reference>
 struct law {
   const char* name;
   Make make;            // make(operands...) -> expression
-  Reference reference;  // reference(ref::mat of each matrix operand...) -> expected
+  Reference reference;  // reference(ref::mat_for<T> of each matrix operand...) -> expected
   fused_vs_naive compare = fused_vs_naive::max_error;
 };
 template <class Make, class Reference>
@@ -70,17 +74,17 @@ law(const char*, Make, Reference, fused_vs_naive) -> law<Make, Reference>;
 template <class E>
 concept static_cost_known = requires { typename std::integral_constant<std::size_t, qkv::static_cost<E>().flops>; };
 
-template <class A>
-ref::real mean_abs_error(const A& got, const ref::mat& want) {
-  ref::real sum = 0;
+template <class A, class R>
+R mean_abs_error(const A& got, const ref::basic_mat<R>& want) {
+  R sum = 0;
   for (std::size_t i = 0; i < want.rows; ++i)
-    for (std::size_t j = 0; j < want.cols; ++j) sum += std::fabs(static_cast<ref::real>(got(i, j)) - want(i, j));
-  return want.v.empty() ? 0 : sum / static_cast<ref::real>(want.v.size());
+    for (std::size_t j = 0; j < want.cols; ++j) sum += std::fabs(static_cast<R>(got(i, j)) - want(i, j));
+  return want.v.empty() ? 0 : sum / static_cast<R>(want.v.size());
 }
 
 // Laws 1 and 2 for one matrix result of each strategy.
-template <class T, class N, class F>
-void check_against_reference(const N& got_naive, const F* got_fused, const expected& x, fused_vs_naive compare) {
+template <class T, class N, class F, class R>
+void check_against_reference(const N& got_naive, const F* got_fused, const expected<R>& x, fused_vs_naive compare) {
   REQUIRE(got_naive.rows() == x.want.rows);
   REQUIRE(got_naive.cols() == x.want.cols);
   CHECK(ref::worst_ratio(got_naive, x.want, x.bound) <= 1);
@@ -88,7 +92,7 @@ void check_against_reference(const N& got_naive, const F* got_fused, const expec
   REQUIRE(got_fused->rows() == x.want.rows);
   REQUIRE(got_fused->cols() == x.want.cols);
   CHECK(ref::worst_ratio(*got_fused, x.want, x.bound) <= 1);
-  const ref::real floor = 8 * ref::unit_roundoff<T> * ref::max_abs(x.want);
+  const R floor = 8 * static_cast<R>(ref::unit_roundoff<T>) * ref::max_abs(x.want);
   if (compare == fused_vs_naive::max_error ||
       (compare == fused_vs_naive::steady && x.want.v.size() >= 64 && x.want.rows > 4)) {
     CHECK(ref::max_error(*got_fused, x.want) <= 2 * std::fmax(ref::max_error(got_naive, x.want), floor));
@@ -120,9 +124,9 @@ template <class... Operands>
 using sliced_operands =
     std::tuple<decltype(slice(std::declval<const Operands&>(), qkv::batch_extents{}, qkv::batch_extents{}))...>;
 
-template <class X>
-ref::mat reference_operand(const X& x) {
-  return ref::from(x);
+template <class T, class X>
+ref::mat_for<T> reference_operand(const X& x) {
+  return ref::from<ref::real_for<T>>(x);
 }
 
 template <class A, class B>
@@ -186,12 +190,12 @@ void check_laws(const law<Make, Reference>& c, const Operands&... operands) {
                 const auto naive_one = qkv::eval(one, qkv::naive), fused_one = qkv::eval(one, qkv::fused);
                 CHECK(same_bits(got_naive.view().batch_matrix({b, h}), naive_one));
                 CHECK(same_bits(got_fused.view().batch_matrix({b, h}), fused_one));
-                check_against_reference<T>(naive_one, &fused_one, c.reference(reference_operand(s)...), c.compare);
+                check_against_reference<T>(naive_one, &fused_one, c.reference(reference_operand<T>(s)...), c.compare);
               },
               slices);
         }
     } else {
-      check_against_reference<T>(got_naive, &got_fused, c.reference(reference_operand(operands)...), c.compare);
+      check_against_reference<T>(got_naive, &got_fused, c.reference(reference_operand<T>(operands)...), c.compare);
     }
   } else {
     CHECK(same_result(got_best, got_naive));
@@ -207,13 +211,13 @@ void check_laws(const law<Make, Reference>& c, const Operands&... operands) {
                 const auto naive_one = qkv::eval(one, qkv::naive);
                 CHECK(same_bits(got_naive.view().batch_matrix({b, h}), naive_one));
                 check_against_reference<T>(naive_one, static_cast<const decltype(naive_one)*>(nullptr),
-                                           c.reference(reference_operand(s)...), c.compare);
+                                           c.reference(reference_operand<T>(s)...), c.compare);
               },
               slices);
         }
     } else {
       check_against_reference<T>(got_naive, static_cast<const decltype(got_naive)*>(nullptr),
-                                 c.reference(reference_operand(operands)...), c.compare);
+                                 c.reference(reference_operand<T>(operands)...), c.compare);
     }
   }
 }

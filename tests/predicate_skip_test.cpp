@@ -167,32 +167,34 @@ TEST_CASE("the row-block path never computes a key block the predicate's hint em
 
 namespace {
 
-// Windowed attention through the row-block path against the long-double
-// reference, with the bound of reference.hpp (the same products and softmax
+// Windowed attention through the row-block path against the reference
+// (ref::real_for<T>), with the bound of reference.hpp (the same products and softmax
 // as the naive evaluation, restricted to the span of visible keys: the bound
 // for m terms covers any fewer).
 // The reference of one window, causal or not, from the raw scores Q Kᵀ:
 // computed once for every functor checked against it.
+template <class T>
 struct window_reference {
-  ref::mat s, want, bound;
+  ref::mat_for<T> s, want, bound;
 };
 
 template <class T>
-window_reference reference_of(const problem_data<T>& in, const ref::mat& qk, const sliding& win, bool causal) {
+window_reference<T> reference_of(const problem_data<T>& in, const ref::mat_for<T>& qk, const sliding& win, bool causal) {
+  using R = ref::real_for<T>;
   const T scale = T(1) / qkv::sqrt(T(in.d));
-  const ref::mat q = ref::from(in.Q), k = ref::from(in.K), v = ref::from(in.V);
-  const real sf = static_cast<real>(scale);
-  ref::mat s = ref::masked(ref::scale(qk, sf), [&](std::size_t i, std::size_t j) { return win.keep(i, j); });
+  const ref::mat_for<T> q = ref::from<R>(in.Q), k = ref::from<R>(in.K), v = ref::from<R>(in.V);
+  const R sf = static_cast<R>(scale);
+  ref::mat_for<T> s = ref::masked(ref::scale(qk, sf), [&](std::size_t i, std::size_t j) { return win.keep(i, j); });
   if (causal) s = ref::causal(s);
-  const ref::mat p = ref::softmax(s);
-  ref::mat want = ref::matmul(p, v);
-  ref::mat bound = ref::attention_bound<T>(q, k, v, sf, s, p);
+  const ref::mat_for<T> p = ref::softmax(s);
+  ref::mat_for<T> want = ref::matmul(p, v);
+  ref::mat_for<T> bound = ref::attention_bound<T>(q, k, v, sf, s, p);
   return {std::move(s), std::move(want), std::move(bound)};
 }
 
 template <class T, class Ext>
 void check_rows(const char* what, problem_data<T>& in, const sliding& win, bool causal, const Ext& ext,
-                const window_reference& r) {
+                const window_reference<T>& r) {
   INFO(what << ", n = " << in.n << ", m = " << in.m << ", w = " << win.w << (causal ? ", causal" : ""));
   const T scale = T(1) / qkv::sqrt(T(in.d));
   const auto got = in.rows(scale, causal, ext);
@@ -212,10 +214,11 @@ void check_windows(std::uint32_t seed) {
   for (const auto& nm : shapes) {
     for (std::size_t w : {1, 37, 100, 1000}) {
       problem_data<T> in(nm[0], nm[1], 24, 10, seed++);
-      const ref::mat qk = ref::matmul(ref::from(in.Q), ref::transpose(ref::from(in.K)));
+      using R = ref::real_for<T>;
+      const ref::mat_for<T> qk = ref::matmul(ref::from<R>(in.Q), ref::transpose(ref::from<R>(in.K)));
       const sliding win{in.n, in.m, w};
       for (bool causal : {false, true}) {
-        const window_reference r = reference_of(in, qk, win, causal);
+        const window_reference<T> r = reference_of(in, qk, win, causal);
         check_rows("hinted", in, win, causal, hinted{win}, r);
         check_rows("plain", in, win, causal, plain{win}, r);
         check_rows("user term", in, win, causal, hinted_term{{win}}, r);

@@ -32,6 +32,15 @@ struct basic_mat {
 };
 using mat = basic_mat<real>;
 
+// The reference's number type for a result computed in T: double for float
+// and the 2-byte types (its rounding, 2⁻⁵³ relative, is some 2⁻²⁹ of their
+// bounds' terms), long double for double. Where long double is a software
+// quad (AArch64) double is ten times faster.
+template <class T>
+using real_for = std::conditional_t<(sizeof(T) < sizeof(double)), double, real>;
+template <class T>
+using mat_for = basic_mat<real_for<T>>;
+
 // Anything with rows(), cols() and (i, j): a qkv matrix or view (or a
 // basic_mat of another number type).
 template <class R = real, class M>
@@ -89,19 +98,20 @@ basic_mat<R> softmax(const basic_mat<R>& s) {
   return r;
 }
 
-inline mat causal(mat s) {
+template <class R>
+basic_mat<R> causal(basic_mat<R> s) {
   const auto n = static_cast<std::ptrdiff_t>(s.rows), m = static_cast<std::ptrdiff_t>(s.cols);
   for (std::ptrdiff_t i = 0; i < n; ++i)
     for (std::ptrdiff_t j = 0; j < m; ++j)
-      if (j > i + (m - n)) s(std::size_t(i), std::size_t(j)) = -std::numeric_limits<real>::infinity();
+      if (j > i + (m - n)) s(std::size_t(i), std::size_t(j)) = -std::numeric_limits<R>::infinity();
   return s;
 }
 
-template <class M>
-mat masked(mat s, const M& keep) {
+template <class R, class M>
+basic_mat<R> masked(basic_mat<R> s, const M& keep) {
   for (std::size_t i = 0; i < s.rows; ++i)
     for (std::size_t j = 0; j < s.cols; ++j)
-      if (!keep(i, j)) s(i, j) = -std::numeric_limits<real>::infinity();
+      if (!keep(i, j)) s(i, j) = -std::numeric_limits<R>::infinity();
   return s;
 }
 
@@ -185,15 +195,16 @@ basic_mat<R> attention_bound_from_scores(const basic_mat<R>& score_error, const 
 // product; then the rounding of the scale, of its reciprocal where the
 // kernel multiplies by it, and of the scaling itself, the bias riding in the
 // same fused multiply-add).
-template <class T>
-mat attention_bound(const mat& q, const mat& k, const mat& v, real scale_factor, const mat& scores, const mat& p) {
-  const real u = unit_roundoff<T>;
-  const mat qk_abs = scale(matmul(abs(q), transpose(abs(k))), scale_factor);
-  mat e(q.rows, k.rows);
+template <class T, class R>
+basic_mat<R> attention_bound(const basic_mat<R>& q, const basic_mat<R>& k, const basic_mat<R>& v,
+                             std::type_identity_t<R> scale_factor, const basic_mat<R>& scores, const basic_mat<R>& p) {
+  const R u = unit_roundoff<T>, g = gamma<T>(q.cols);
+  const basic_mat<R> qk_abs = scale(matmul(abs(q), transpose(abs(k))), scale_factor);
+  basic_mat<R> e(q.rows, k.rows);
   for (std::size_t i = 0; i < q.rows; ++i)
     for (std::size_t j = 0; j < k.rows; ++j) {
       if (p(i, j) == 0) continue;  // masked: its error does not matter (and |s_ij| is infinite)
-      e(i, j) = gamma<T>(q.cols) * qk_abs(i, j) + 3 * u * std::fabs(scores(i, j));
+      e(i, j) = g * qk_abs(i, j) + 3 * u * std::fabs(scores(i, j));
     }
   return attention_bound_from_scores<T>(e, v, scores, p);
 }

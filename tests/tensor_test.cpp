@@ -308,11 +308,11 @@ TEST_CASE("batched results are bit-identical with 1, 2 and 3 threads", "[tensor]
   fill(V, rng);
   // Through the laws (tests/laws.hpp): 1, 2 and 3 threads bit for bit, and
   // each head equal to itself alone and within the reference bound.
-  const ref::real rs = 1 / static_cast<ref::real>(static_cast<float>(sqrt(dim<32>)));
+  const ref::real_for<float> rs = 1 / static_cast<ref::real_for<float>>(static_cast<float>(sqrt(dim<32>)));
   test::check_laws<float>(
       test::law{"causal(Q Kᵀ / √32)", [](auto& q, auto& k, auto& v) { return softmax(causal(q * transpose(k) / sqrt(dim<32>))) * v; },
-                [&](const ref::mat& q, const ref::mat& k, const ref::mat& v) {
-                  const ref::mat s = ref::causal(ref::scale(ref::matmul(q, ref::transpose(k)), rs)), p = ref::softmax(s);
+                [&](const ref::mat_for<float>& q, const ref::mat_for<float>& k, const ref::mat_for<float>& v) {
+                  const ref::mat_for<float> s = ref::causal(ref::scale(ref::matmul(q, ref::transpose(k)), rs)), p = ref::softmax(s);
                   return test::expected{ref::matmul(p, v), ref::attention_bound<float>(q, k, v, rs, s, p)};
                 }},
       Q, K, V);

@@ -66,15 +66,16 @@ TEST_CASE("fused results are bit-identical with 1, 2 and 3 threads", "[threads]"
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < m; ++j) M(i, j) = rng.coin(0.6);
   const float root = sqrt(float(d));
-  const ref::real rs = 1 / static_cast<ref::real>(root);
-  auto expect = [](const ref::mat& q, const ref::mat& k, const ref::mat& v, ref::real scale, const ref::mat& s) {
-    const ref::mat p = ref::softmax(s);
+  using R = ref::real_for<float>;
+  using rm = const ref::mat_for<float>&;
+  const R rs = 1 / static_cast<R>(root);
+  auto expect = [](rm q, rm k, rm v, R scale, rm s) {
+    const ref::mat_for<float> p = ref::softmax(s);
     return test::expected{ref::matmul(p, v), ref::attention_bound<float>(q, k, v, scale, s, p)};
   };
-  auto scores = [](const ref::mat& q, const ref::mat& k, ref::real scale) {
+  auto scores = [](rm q, rm k, R scale) {
     return ref::scale(ref::matmul(q, ref::transpose(k)), scale);
   };
-  using rm = const ref::mat&;
   test::check_laws<float>(
       std::tuple{
           test::law{"softmax(Q Kᵀ / √d) V",
@@ -85,7 +86,7 @@ TEST_CASE("fused results are bit-identical with 1, 2 and 3 threads", "[threads]"
                       return softmax(causal(q * transpose(k) / root + b)) * v;
                     },
                     [&](rm q, rm k, rm v, rm b, rm) {
-                      ref::mat s = scores(q, k, rs);
+                      ref::mat_for<float> s = scores(q, k, rs);
                       for (std::size_t x = 0; x < s.v.size(); ++x) s.v[x] += b.v[x];
                       return expect(q, k, v, rs, ref::causal(s));
                     }},
