@@ -432,7 +432,7 @@ R mean_error(const A& got, const ref::basic_mat<R>& want) {
 template <class T, class A, class B>
 void check_pair(const A& got_naive, const B& got_fused, const scores& sc, const ref::mat& v_exact,
                 bool compare_to_naive = true) {
-  using R = std::conditional_t<(sizeof(T) < sizeof(double)), double, real>;
+  using R = ref::real_for<T>;
   const ref::basic_mat<R> s = ref::from<R>(sc.s), err = ref::from<R>(sc.err), v = ref::from<R>(v_exact);
   const ref::basic_mat<R> p = ref::softmax(s);
   const ref::basic_mat<R> want = ref::matmul(p, v);
