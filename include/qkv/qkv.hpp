@@ -11,6 +11,8 @@
 #include "storage/matrix_view.hpp"
 #include "storage/tensor.hpp"
 #include "storage/tensor_view.hpp"
+#include "storage/ragged.hpp"
+#include "storage/ragged_view.hpp"
 #include "expr/scalar.hpp"
 #include "expr/transpose.hpp"
 #include "expr/product.hpp"

@@ -35,9 +35,10 @@ void slice_into(const S& s, const matrix_view<T, R, C>& out) {
 }
 
 // Every batch index of e's fused attention in one call of the kernel, into
-// out (e's extents, unit column stride; float for 2-byte inputs).
-template <class Policy, class E, class T, std::size_t... X>
-void batched_fused_into(const E& e, const tensor_view<T, X...>& out) {
+// out (a tensor_view or ragged_view of e's extents, unit column stride;
+// float for 2-byte inputs).
+template <class Policy, class E, class Out>
+void batched_fused_into(const E& e, const Out& out) {
   const batch_extents b = batch_of(e);
   const std::size_t count = b[0] * b[1];
   std::vector<fused_operands_t<E>> keep(count);
@@ -54,11 +55,12 @@ void batched_fused_into(const E& e, const tensor_view<T, X...>& out) {
   if (ext) run_attention(problems.data(), problems.size(), *ext);
 }
 
-// Evaluates the batched expression e into out, whose extents are e's.
-template <class Policy, class E, class T, std::size_t... X>
-void batched_into(const E& e, const tensor_view<T, X...>& out) {
+// Evaluates the batched expression e into out (a tensor_view or
+// ragged_view), whose extents are e's.
+template <class Policy, class E, class Out>
+void batched_into(const E& e, const Out& out) {
   if constexpr (std::is_same_v<Policy, best_policy> && has_fused_form<E>) {
-    if (out.stride(sizeof...(X) - 1) == 1) {
+    if (out.stride(Out::static_rank - 1) == 1) {
       batched_fused_into<Policy>(e, out);
       return;
     }

@@ -9,6 +9,7 @@
 #include "../storage/tensor.hpp"
 #include "../storage/tensor_view.hpp"
 #include "batched.hpp"
+#include "ragged.hpp"
 #include "fused.hpp"
 #include "naive.hpp"
 #include "strategy.hpp"
@@ -24,17 +25,21 @@ namespace qkv {
 
 namespace detail {
 
-template <class E, class T = value_type_t<E>, std::size_t Rank = static_rank_of<E>()>
+template <class E, class T = value_type_t<E>, std::size_t Rank = static_rank_of<E>(), bool Ragged = is_ragged_v<E>>
 struct result {
   using type = matrix<T, E::static_rows, E::static_cols>;
 };
 template <class E, class T>
-struct result<E, T, 3> {
+struct result<E, T, 3, false> {
   using type = tensor<T, E::static_batch[1], E::static_rows, E::static_cols>;
 };
 template <class E, class T>
-struct result<E, T, 4> {
+struct result<E, T, 4, false> {
   using type = tensor<T, E::static_batch[0], E::static_batch[1], E::static_rows, E::static_cols>;
+};
+template <class E, class T, std::size_t Rank>
+struct result<E, T, Rank, true> {
+  using type = ragged<T, E::static_batch[1], E::static_cols>;
 };
 
 // Owning storage with X's extents (static ones kept) and element type
@@ -51,6 +56,14 @@ struct storage_like<tensor<T, E...>> {
 template <class T, std::size_t... E>
 struct storage_like<tensor_view<T, E...>> {
   using type = tensor<std::remove_const_t<T>, E...>;
+};
+template <class T, std::size_t H, std::size_t D>
+struct storage_like<ragged<T, H, D>> {
+  using type = ragged<T, H, D>;
+};
+template <class T, std::size_t H, std::size_t D>
+struct storage_like<ragged_view<T, H, D>> {
+  using type = ragged<std::remove_const_t<T>, H, D>;
 };
 template <class X>
 using storage_like_t = typename storage_like<bare_t<X>>::type;
@@ -154,11 +167,20 @@ auto result_extents(const E& e) {
   else return std::array<std::size_t, 3>{b[1], e.rows(), e.cols()};
 }
 
+// New storage R for e's result: a ragged with its queries' offsets, a
+// tensor or a matrix of its extents.
+template <class R, class E>
+R new_result(const E& e) {
+  if constexpr (is_ragged_v<E>) return ragged_result<R>(e);
+  else if constexpr (is_batched_v<E>) return R(result_extents(e));
+  else return R(e.rows(), e.cols());
+}
+
 // e's fused attention with K and V read as stored (fused.hpp), in float.
 template <class E>
 compute_result_t<E> evaluate_on_stored_kv(const E& e) {
   if constexpr (is_batched_v<E>) {
-    compute_result_t<E> out(result_extents(e));
+    auto out = new_result<compute_result_t<E>>(e);
     batched_fused_into<best_policy>(e, out.view());
     return out;
   } else {
@@ -180,7 +202,7 @@ result_t<E> evaluate(const E& e) {
     if constexpr (std::is_same_v<decltype(r), result_t<E>>) return r;
     else return narrow<result_t<E>>(r);
   } else if constexpr (is_batched_v<E>) {
-    result_t<E> out(result_extents(e));
+    auto out = new_result<result_t<E>>(e);
     batched_into<Policy>(e, out.view());
     return out;
   } else {
@@ -209,10 +231,16 @@ void evaluate_into_tensor(Dst&& dst, const E& e) {
       else return dst;
     }();
     static_assert(!std::is_const_v<std::remove_pointer_t<decltype(out.data())>>, "qkv: eval_into(dst, e): dst is read-only");
-    const auto want = result_extents(e);
-    if (out.extents() != want) {
-      throw shape_error("qkv: eval_into(dst, e): the shapes of dst and e differ (" + extents_string(out.extents()) +
-                        " vs " + extents_string(want) + ")");
+    static_assert(ragged_leaf<D> == is_ragged_v<E>,
+                  "qkv: eval_into(dst, e): an expression on ragged operands goes into a ragged or ragged_view, and only it");
+    if constexpr (is_ragged_v<E>) {
+      require_ragged_shape(out, e, "eval_into(dst, e)");
+    } else {
+      const auto want = result_extents(e);
+      if (out.extents() != want) {
+        throw shape_error("qkv: eval_into(dst, e): the shapes of dst and e differ (" + extents_string(out.extents()) +
+                          " vs " + extents_string(want) + ")");
+      }
     }
     if (reads_from(e, out)) {
       const result_t<E> tmp = evaluate<Policy>(e);

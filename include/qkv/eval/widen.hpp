@@ -12,6 +12,7 @@
 #include "../storage/matrix.hpp"
 #include "../storage/tensor.hpp"
 #include "../storage/tensor_view.hpp"
+#include "ragged.hpp"
 
 #include <cstddef>
 #include <tuple>
@@ -88,6 +89,13 @@ decltype(auto) widen(const E& e) {
     matrix<float, E::static_rows, E::static_cols> w(e.rows(), e.cols());
     convert_matrix(e, w);
     return w;
+  } else if constexpr (ragged_leaf<E>) {
+    auto w = ragged_like<float>(e);
+    for_each_batch_index(batch_of(e), [&](batch_extents b) {
+      auto to = w.view().batch_matrix(b);
+      convert_matrix(e.batch_matrix(b), to);
+    });
+    return w;
   } else if constexpr (tensor_leaf<E>) {
     typename widened_tensor<E>::type w(e.extents());
     for_each_batch_index(batch_of(e), [&](batch_extents b) {
@@ -105,7 +113,8 @@ decltype(auto) widen(const E& e) {
 template <class To, class From>
 To narrow(const From& r) {
   To out = [&] {
-    if constexpr (tensor_leaf<From>) return To(r.extents());
+    if constexpr (ragged_leaf<From>) return To(r.offsets(), {r.heads(), r.cols()});
+    else if constexpr (tensor_leaf<From>) return To(r.extents());
     else return To(r.rows(), r.cols());
   }();
   using T = value_type_t<To>;
