@@ -54,7 +54,11 @@ std::vector<std::int32_t> result_offsets(const E& e) {
   offsets.reserve(b[0] + 1);
   std::size_t total = 0;
   for (std::size_t s = 0; s < b[0]; ++s) {
-    total += slice(e, {s, 0}).rows();
+    try {
+      total += slice(e, {s, 0}).rows();
+    } catch (const shape_error& x) {
+      throw shape_error(std::string(x.what()) + ", in sequence " + std::to_string(s));
+    }
     if (total > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
       throw std::length_error("qkv: a ragged result of more than 2^31 - 1 tokens");
     offsets.push_back(static_cast<std::int32_t>(total));

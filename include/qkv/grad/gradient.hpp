@@ -84,9 +84,11 @@ struct batched_sum {
   std::vector<grad_matrix<T>> at;  // a tensor X: one per batch index of X
 
   explicit batched_sum(const X& x) {
-    if constexpr (tensor_leaf<X>) {
-      const batch_extents b = batch_of(x);
-      for (std::size_t k = 0; k < b[0] * b[1]; ++k) at.emplace_back(x.rows(), x.cols());
+    if constexpr (tensor_leaf<X>) {  // (a ragged's matrices differ in rows)
+      for_each_batch_index(batch_of(x), [&](batch_extents b) {
+        const auto m = x.batch_matrix(b);
+        at.emplace_back(m.rows(), m.cols());
+      });
     } else {
       whole = grad_matrix<T>(x.rows(), x.cols());
     }
@@ -98,12 +100,15 @@ struct batched_sum {
   gradient_of_t<X> stored(const X& x) const {
     if constexpr (tensor_leaf<X>) {
       using S = std::remove_const_t<value_type_t<X>>;
-      gradient_of_t<X> r(x.extents());
+      gradient_of_t<X> r = [&] {
+        if constexpr (ragged_leaf<X>) return ragged_like<S>(x);
+        else return gradient_of_t<X>(x.extents());
+      }();
       for_each_batch_index(batch_of(x), [&](batch_extents b) {
         const grad_matrix<T>& g = at[b[0] * batch_of(x)[1] + b[1]];
-        const std::size_t offset = (b[0] * batch_of(x)[1] + b[1]) * x.rows() * x.cols();
-        for (std::size_t i = 0; i < x.rows(); ++i)
-          for (std::size_t j = 0; j < x.cols(); ++j) r.data()[offset + i * x.cols() + j] = static_cast<S>(g(i, j));
+        const auto to = r.view().batch_matrix(b);
+        for (std::size_t i = 0; i < g.rows(); ++i)
+          for (std::size_t j = 0; j < g.cols(); ++j) to(i, j) = static_cast<S>(g(i, j));
       });
       return r;
     } else {
@@ -226,9 +231,14 @@ bool batched_fused_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, Su
 // the batch).
 template <class T, class E, class D, class... X>
 auto batched_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse) {
-  if (result_extents(e) != d_out.extents())
+  static_assert(ragged_leaf<D> == is_ragged_v<E>,
+                "qkv: gradient(e, dO, wrt(X...)): for e on ragged operands dO is a ragged or ragged_view, and only then");
+  if constexpr (is_ragged_v<E>) {
+    require_ragged_shape(d_out, e, "gradient(e, dO, wrt(X...))");
+  } else if (result_extents(e) != d_out.extents()) {
     throw shape_error("qkv: gradient(e, dO, wrt(X...)): the shapes of e and dO differ: e is " +
                       extents_string(result_extents(e)) + ", dO is " + extents_string(d_out.extents()));
+  }
   const batch_extents combined = batch_of(e);
   auto sums = std::apply([](const auto&... x) { return std::tuple<batched_sum<T, bare_t<decltype(x)>>...>{batched_sum<T, bare_t<decltype(x)>>(x)...}; }, w.leaves);
   const auto stored = [&] {

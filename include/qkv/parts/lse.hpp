@@ -32,24 +32,33 @@ namespace detail {
 
 // The n × 1 log-sum-exps of e: a matrix, or a tensor [..., n, 1], in the
 // type e is computed in.
-template <class E, class T = compute_t<value_type_t<E>>, std::size_t Rank = static_rank_of<E>()>
+template <class E, class T = compute_t<value_type_t<E>>, std::size_t Rank = static_rank_of<E>(), bool Ragged = is_ragged_v<E>>
 struct lse_result {
   using type = matrix<T, E::static_rows, 1>;
 };
 template <class E, class T>
-struct lse_result<E, T, 3> {
+struct lse_result<E, T, 3, false> {
   using type = tensor<T, E::static_batch[1], E::static_rows, 1>;
 };
 template <class E, class T>
-struct lse_result<E, T, 4> {
+struct lse_result<E, T, 4, false> {
   using type = tensor<T, E::static_batch[0], E::static_batch[1], E::static_rows, 1>;
+};
+template <class E, class T, std::size_t Rank>
+struct lse_result<E, T, Rank, true> {
+  using type = ragged<T, E::static_batch[1], 1>;
 };
 template <class E>
 using lse_t = typename lse_result<bare_t<E>>::type;
 
+// (A ragged's: its offsets, then heads and dim.)
 template <class X>
 auto shape_of(const X& x) {
-  if constexpr (tensor_leaf<X>) {
+  if constexpr (ragged_leaf<X>) {
+    std::vector<std::size_t> s(x.offsets().begin(), x.offsets().end());
+    s.push_back(x.heads()), s.push_back(x.cols());
+    return s;
+  } else if constexpr (tensor_leaf<X>) {
     const auto e = x.extents();
     return std::vector<std::size_t>(e.begin(), e.end());
   } else {
@@ -66,6 +75,17 @@ auto batch_at(const X& x, std::size_t k) {
     else return x.batch_matrix(batch_extents{k / b[1], k % b[1]});
   } else {
     return matrix_view<const value_type_t<X>, dyn, dyn>(x.data(), x.rows(), x.cols(), x.row_stride());
+  }
+}
+
+// The same, mutable, of x's own storage.
+template <class X>
+auto batch_at_mutable(X& x, std::size_t k) {
+  if constexpr (tensor_leaf<X>) {
+    const batch_extents b = batch_of(x);
+    return x.view().batch_matrix(batch_extents{k / b[1], k % b[1]});
+  } else {
+    return matrix_view<value_type_t<X>, dyn, dyn>(x.data(), x.rows(), x.cols(), x.row_stride());
   }
 }
 
@@ -92,6 +112,36 @@ void attention_with_lse(const E& e, Out& out, L& lse) {
   for (std::size_t k = 0; k < stats.size() / 2; ++k) lse.data()[k] = lse_of(stats[2 * k], stats[2 * k + 1]);
 }
 
+// The same for e on ragged operands: one problem per sequence and head,
+// each row's statistics its own.
+template <class E, class Out, class L>
+void ragged_attention_with_lse(const E& e, Out& out, L& lse) {
+  using T = compute_t<value_type_t<E>>;
+  const batch_extents b = batch_of(e);
+  std::vector<fused_operands_t<E>> keep(b[0] * b[1]);
+  std::vector<fused_problem_t<E>> problems;
+  problems.reserve(b[0] * b[1]);
+  std::vector<std::vector<T>> stats;
+  std::optional<fused_extension_t<E>> ext;  // the functors are those of e: the first index's serve all
+  for_each_batch_index(b, [&](batch_extents i) {
+    const auto o = out.view().batch_matrix(i);
+    fused_extension_t<E> mine;
+    problems.push_back(attention_problem_of<best_policy>(slice(e, i), dense(o.data(), o.rows(), o.cols(), o.row_stride()),
+                                                         keep[problems.size()], mine));
+    stats.emplace_back(2 * o.rows(), T(0));
+    for (std::size_t r = 0; r < o.rows(); ++r) stats.back()[2 * r] = -std::numeric_limits<T>::infinity();
+    problems.back().row_stats = stats.back().data();
+    if (!ext) ext.emplace(std::move(mine));
+  });
+  if (ext) run_attention(problems.data(), problems.size(), *ext);
+  std::size_t x = 0;
+  for_each_batch_index(b, [&](batch_extents i) {
+    const auto l = lse.view().batch_matrix(i);
+    for (std::size_t r = 0; r < l.rows(); ++r) l(r, 0) = lse_of(stats[x][2 * r], stats[x][2 * r + 1]);
+    ++x;
+  });
+}
+
 }  // namespace detail
 
 // {O, L} for e = softmax(S) * V with a fused form: O is e's value (as eval(e)
@@ -106,12 +156,11 @@ auto eval_with_lse(const E& e) {
     auto [o, l] = eval_with_lse(detail::widen(e));  // in float, O rounded once
     return std::pair<result_t<E>, detail::lse_t<E>>{detail::narrow<result_t<E>>(o), std::move(l)};
   } else {
-    detail::compute_result_t<E> out = [&] {
-      if constexpr (detail::is_batched_v<E>) return detail::compute_result_t<E>(detail::result_extents(e));
-      else return detail::compute_result_t<E>(e.rows(), e.cols());
-    }();
+    auto out = detail::new_result<detail::compute_result_t<E>>(e);
     detail::lse_t<E> lse = [&] {
-      if constexpr (detail::is_batched_v<E>) {
+      if constexpr (detail::is_ragged_v<E>) {
+        return detail::lse_t<E>(out.offsets(), {out.heads(), 1});
+      } else if constexpr (detail::is_batched_v<E>) {
         auto x = detail::result_extents(e);
         x.back() = 1;
         return detail::lse_t<E>(x);
@@ -119,7 +168,8 @@ auto eval_with_lse(const E& e) {
         return detail::lse_t<E>(e.rows(), 1);
       }
     }();
-    detail::attention_with_lse(e, out, lse);
+    if constexpr (detail::is_ragged_v<E>) detail::ragged_attention_with_lse(e, out, lse);
+    else detail::attention_with_lse(e, out, lse);
     if constexpr (std::is_same_v<detail::compute_result_t<E>, result_t<E>>) {
       return std::pair<result_t<E>, detail::lse_t<E>>{std::move(out), std::move(lse)};
     } else {
@@ -129,8 +179,8 @@ auto eval_with_lse(const E& e) {
 }
 
 // {O, L}: the attention over the union of two disjoint key sets, from each
-// set's output and log-sum-exp (eval_with_lse's; matrices, or tensors of the
-// same extents). O and L have O1's and L1's types and extents.
+// set's output and log-sum-exp (eval_with_lse's; matrices, tensors of the
+// same extents, or raggeds of the same offsets). O and L have O1's and L1's types and extents.
 template <class O1, class L1, class O2, class L2>
 auto merge(const O1& o1, const L1& l1, const O2& o2, const L2& l2) {
   static_assert((leaf<O1> || tensor_leaf<O1>) && (leaf<L1> || tensor_leaf<L1>) && (leaf<O2> || tensor_leaf<O2>) &&
@@ -154,19 +204,20 @@ auto merge(const O1& o1, const L1& l1, const O2& o2, const L2& l2) {
   using OR = detail::storage_like_t<O1>;
   using LR = detail::storage_like_t<L1>;
   auto result = [&] {
-    if constexpr (tensor_leaf<O1>) return std::pair<OR, LR>{OR(o1.extents()), LR(l1.extents())};
+    if constexpr (detail::ragged_leaf<O1>) return std::pair<OR, LR>{OR(o1.offsets(), {o1.heads(), o1.cols()}), LR(l1.offsets(), {l1.heads(), 1})};
+    else if constexpr (tensor_leaf<O1>) return std::pair<OR, LR>{OR(o1.extents()), LR(l1.extents())};
     else return std::pair<OR, LR>{OR(o1.rows(), o1.cols()), LR(l1.rows(), 1)};
   }();
-  V* out = result.first.data();  // owning, dense: batch by batch, row by row
-  T* lse = result.second.data();
   for (std::size_t k = 0; k < detail::batch_count(o1); ++k) {
     const auto a = detail::batch_at(o1, k), b = detail::batch_at(o2, k);
     const auto la = detail::batch_at(l1, k), lb = detail::batch_at(l2, k);
+    const auto out = detail::batch_at_mutable(result.first, k);  // rows of unit column stride
+    const auto lse = detail::batch_at_mutable(result.second, k);
     const std::size_t n = a.rows(), d = a.cols();
     for (std::size_t i = 0; i < n; ++i) {
-      lse[k * n + i] = detail::merge_rows(
+      lse(i, 0) = detail::merge_rows(
           la(i, 0), [&](std::size_t c) { return static_cast<compute_t<V>>(a(i, c)); }, lb(i, 0),
-          [&](std::size_t c) { return static_cast<compute_t<V>>(b(i, c)); }, d, out + (k * n + i) * d);
+          [&](std::size_t c) { return static_cast<compute_t<V>>(b(i, c)); }, d, out.data() + i * out.row_stride());
     }
   }
   return result;
