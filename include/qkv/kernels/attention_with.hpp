@@ -165,10 +165,18 @@ template <class T, class S, class Ext>
 void attention_with(const attention_problem<T, S>* problems, std::size_t count, const Ext& ext) {
   (void)active_blocking(sizeof(T));  // the kernels' set: a bad QKV_ARCH throws here, as in every evaluation
   const bool like_library = runs_like_library<xsimd::default_arch>();
+  // Each problem takes the path its own shape picks, whatever the others
+  // in the call (a batch of prefills and decodes: batch invariance).
+  std::vector<attention_problem<T, S>> rest;
   if constexpr (decode_with_functors<T, Ext>::applies) {
-    bool decodes = count > 0;
-    for (std::size_t x = 0; x < count; ++x) decodes = decodes && decode_with_functors<T, Ext>::decodes(problems[x]);
-    if (decodes) return schedule_attention(decode_with_functors<T, Ext>{ext}, problems, count);
+    std::vector<attention_problem<T, S>> decoding;
+    for (std::size_t x = 0; x < count; ++x)
+      (decode_with_functors<T, Ext>::decodes(problems[x]) ? decoding : rest).push_back(problems[x]);
+    if (!decoding.empty()) {
+      if (rest.empty()) return schedule_attention(decode_with_functors<T, Ext>{ext}, problems, count);
+      schedule_attention(decode_with_functors<T, Ext>{ext}, decoding.data(), decoding.size());
+      problems = rest.data(), count = rest.size();
+    }
   }
   if (like_library) return attention_spread<attention_online_kernel<T, Ext>>(problems, count, ext);
   if constexpr (std::is_same_v<S, T>) {
