@@ -290,6 +290,13 @@ TEST_CASE("ragged operands that do not fit throw before any work", "[ragged][err
   eval_into(right, softmax(Q * transpose(K)) * V);
   CHECK(same_bits(right.matrix_at(1, 1), eval(softmax(Q * transpose(K)) * V).matrix_at(1, 1)));
   CHECK_THROWS_AS(gradient(softmax(Q * transpose(K)) * V, wrong, wrt(Q)), shape_error);
+  // The cost model counts each sequence's own pairs.
+  const auto e = softmax(causal(Q * transpose(K))) * V;
+  const cost_estimate c = cost(e);
+  const cost_estimate c0 = cost(softmax(causal(alone(Q, 0) * transpose(alone(K, 0)))) * alone(V, 0));
+  const cost_estimate c1 = cost(softmax(causal(alone(Q, 1) * transpose(alone(K, 1)))) * alone(V, 1));
+  CHECK(c.flops == c0.flops + c1.flops);
+  CHECK(c.exps == c0.exps + c1.exps);
   const auto empty = random_ragged<float>({}, 2, 8, rng);
   CHECK(eval(softmax(empty * transpose(empty)) * empty).batch() == 0);
 }

@@ -21,12 +21,15 @@
 #pragma once
 
 #include "fused.hpp"
+#include "ragged.hpp"
+#include "slice.hpp"
 #include "widen.hpp"
 
 #include "../kernels/api.hpp"
 #include "../kernels/arch_list.hpp"
 #include "../kernels/blocking.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <tuple>
 #include <type_traits>
@@ -276,12 +279,30 @@ constexpr cost_estimate total_cost(const E* e) {
   return c;
 }
 
+// A ragged e: its sequences' costs, each its matrix expression's at head 0
+// times the heads; the naive bytes of the largest (one index at a time).
+template <class E>
+cost_estimate ragged_cost(const E& e) {
+  const batch_extents b = batch_of(e);
+  cost_estimate c;
+  for (std::size_t s = 0; s < b[0]; ++s) {
+    const auto part = slice(e, {s, 0});
+    cost_estimate one = total_cost(&part);
+    const std::size_t naive = one.naive_bytes;
+    one.flops *= b[1], one.exps *= b[1], one.fused_bytes *= b[1], one.naive_bytes = 0;
+    c += one;
+    c.naive_bytes = std::max(c.naive_bytes, naive);
+  }
+  return c;
+}
+
 }  // namespace detail
 
 // What evaluating e costs (the conventions are at the top of this file).
 template <expression E>
 constexpr cost_estimate cost(const E& e) {
-  return detail::total_cost(&e);
+  if constexpr (detail::is_ragged_v<E>) return detail::ragged_cost(e);
+  else return detail::total_cost(&e);
 }
 
 // The same from the type alone; a constant expression when every extent in

@@ -209,8 +209,10 @@ auto merge(const O1& o1, const L1& l1, const O2& o2, const L2& l2) {
     else return std::pair<OR, LR>{OR(o1.rows(), o1.cols()), LR(l1.rows(), 1)};
   }();
   for (std::size_t k = 0; k < detail::batch_count(o1); ++k) {
-    const auto a = detail::batch_at(o1, k), b = detail::batch_at(o2, k);
-    const auto la = detail::batch_at(l1, k), lb = detail::batch_at(l2, k);
+    const auto a = detail::batch_at(o1, k);
+    const auto b = detail::batch_at(o2, k);
+    const auto la = detail::batch_at(l1, k);
+    const auto lb = detail::batch_at(l2, k);
     const auto out = detail::batch_at_mutable(result.first, k);  // rows of unit column stride
     const auto lse = detail::batch_at_mutable(result.second, k);
     const std::size_t n = a.rows(), d = a.cols();
