@@ -225,14 +225,15 @@ void evaluate_into_tensor(Dst&& dst, const E& e) {
   static_assert(D::static_rank == static_rank_of<E>(), "qkv: eval_into(dst, e): the ranks of dst and e differ");
   static_assert(std::is_same_v<value_type_t<D>, value_type_t<E>>,
                 "qkv: eval_into(dst, e): dst and e have different element types");
-  if constexpr (D::static_rank == static_rank_of<E>() && std::is_same_v<value_type_t<D>, value_type_t<E>>) {
+  static_assert(ragged_leaf<D> == is_ragged_v<E>,
+                "qkv: eval_into(dst, e): an expression on ragged operands goes into a ragged or ragged_view, and only it");
+  if constexpr (D::static_rank == static_rank_of<E>() && std::is_same_v<value_type_t<D>, value_type_t<E>> &&
+                ragged_leaf<D> == is_ragged_v<E>) {
     const auto out = [&] {
       if constexpr (requires { dst.view(); }) return dst.view();
       else return dst;
     }();
     static_assert(!std::is_const_v<std::remove_pointer_t<decltype(out.data())>>, "qkv: eval_into(dst, e): dst is read-only");
-    static_assert(ragged_leaf<D> == is_ragged_v<E>,
-                  "qkv: eval_into(dst, e): an expression on ragged operands goes into a ragged or ragged_view, and only it");
     if constexpr (is_ragged_v<E>) {
       require_ragged_shape(out, e, "eval_into(dst, e)");
     } else {

@@ -233,7 +233,9 @@ template <class T, class E, class D, class... X>
 auto batched_gradient(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse) {
   static_assert(ragged_leaf<D> == is_ragged_v<E>,
                 "qkv: gradient(e, dO, wrt(X...)): for e on ragged operands dO is a ragged or ragged_view, and only then");
-  if constexpr (is_ragged_v<E>) {
+  if constexpr (ragged_leaf<D> != is_ragged_v<E>) {
+    return std::tuple<gradient_of_t<X>...>{};  // (the assertion has said what is wrong)
+  } else if constexpr (is_ragged_v<E>) {
     require_ragged_shape(d_out, e, "gradient(e, dO, wrt(X...))");
   } else if (result_extents(e) != d_out.extents()) {
     throw shape_error("qkv: gradient(e, dO, wrt(X...)): the shapes of e and dO differ: e is " +
