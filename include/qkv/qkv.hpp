@@ -13,6 +13,8 @@
 #include "storage/tensor_view.hpp"
 #include "storage/ragged.hpp"
 #include "storage/ragged_view.hpp"
+#include "storage/paged_view.hpp"
+#include "storage/paged_append.hpp"
 #include "expr/scalar.hpp"
 #include "expr/transpose.hpp"
 #include "expr/product.hpp"

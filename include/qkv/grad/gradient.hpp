@@ -275,6 +275,8 @@ auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse,
   // (wrt has said what is wrong with an X; nothing more is said here.)
   if constexpr (!(element<T> && same_extents && matrices && (differentiable_leaf<X> && ...))) {
     return std::tuple<>{};
+  } else if constexpr (reads_pages<E>()) {
+    return gradient_by(gather_pages(e), d_out, w, fuse);  // (the gradients of the other leaves)
   } else if constexpr (rank > 2) {
     return batched_gradient<T>(e, d_out, w, fuse);
   } else {

@@ -77,6 +77,7 @@ template <class... X>
 wrt_t<X...> wrt(const X&... x) {
   static_assert((((leaf<X> || tensor_leaf<X>) && value_element<std::remove_const_t<value_type_t<X>>>) && ...),
                 "qkv: wrt(X...): each X must be a matrix, tensor or view of float, double, bf16 or f16 (masks are constants)");
+  static_assert(!(requires { X::qkv_paged; } || ...), "qkv: wrt(X...): a paged cache has no gradient (attention over pages is forward only)");
   return {std::tie(x...)};
 }
 

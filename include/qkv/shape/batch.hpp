@@ -33,11 +33,11 @@ constexpr batch_extents static_batch_of() {
   else return {1, 1};
 }
 
-// An expression's batch extents at run time; a ragged operand's are its
-// sequences and heads (its batch() is the number of sequences).
+// An expression's batch extents at run time; a ragged or paged operand's
+// are its sequences and heads (its batch() is the number of sequences).
 template <class E>
 batch_extents batch_of(const E& e) {
-  if constexpr (requires { E::qkv_ragged; }) return {e.batch(), e.heads()};
+  if constexpr (requires { E::qkv_ragged; } || requires { E::qkv_paged; }) return {e.batch(), e.heads()};
   else if constexpr (requires { e.batch(); }) return e.batch();
   else return {1, 1};
 }

@@ -7,6 +7,7 @@
 #include "../shape/extent.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -16,8 +17,9 @@ namespace qkv {
 template <class T, std::size_t R, std::size_t C>
 class matrix_view {
   using bare = std::remove_const_t<T>;
-  static_assert(value_element<bare> || std::is_same_v<bare, bool>,
-                "qkv: matrix_view<T, R, C> needs T = float, double, bf16 or f16 (or bool for a mask), optionally const");
+  static_assert(value_element<bare> || std::is_same_v<bare, bool> || std::is_same_v<bare, std::int32_t>,
+                "qkv: matrix_view<T, R, C> needs T = float, double, bf16 or f16 (or bool for a mask, std::int32_t for a "
+                "block table), optionally const");
 
  public:
   using value_type = bare;
