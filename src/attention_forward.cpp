@@ -7,6 +7,7 @@
 
 #include <qkv/kernels/api.hpp>
 #include <qkv/kernels/attention_schedule.hpp>
+#include <qkv/kernels/paged_kv.hpp>
 
 #include <cstddef>
 #include <type_traits>
@@ -44,12 +45,23 @@ struct compiled_attention {
   }
 };
 
+// Paged K and V stay in their pages for the decode parts, which read them
+// in place; the query blocks get them copied contiguous (paged_kv.hpp).
+template <class T, class S>
+void schedule_compiled(const compiled_attention<T, S>& kernel, const attention_problem<T, S>* problems,
+                       std::size_t count) {
+  const auto keeps = [&](const attention_problem<T, S>& p) { return kernel.decodes(p); };
+  if (!copies_pages(problems, count, keeps)) return schedule_attention(kernel, problems, count);
+  const contiguous_kv<T, S> copied(problems, count, keeps);
+  schedule_attention(kernel, copied.problems.data(), count);
+}
+
 template <class T, class S>
 void attention_impl(const attention_problem<T, S>* problems, std::size_t count) {
   if constexpr (std::is_same_v<T, float>) {
-    schedule_attention(compiled_attention<T, S>{active_attention<S>()}, problems, count);
+    schedule_compiled(compiled_attention<T, S>{active_attention<S>()}, problems, count);
   } else {
-    schedule_attention(compiled_attention<T, S>{active_kernels<T>().attention}, problems, count);
+    schedule_compiled(compiled_attention<T, S>{active_kernels<T>().attention}, problems, count);
   }
 }
 

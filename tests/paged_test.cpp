@@ -198,3 +198,25 @@ TEST_CASE("append writes each sequence's new rows at its length", "[paged]") {
                     Catch::Contains("names page -1"));
   CHECK(pool == before);
 }
+
+TEST_CASE("a decode reads its pages in place: no copy of the cache", "[paged]") {
+  const std::vector<std::size_t> m{4096, 3000};
+  const std::size_t Hk = 2, d = 64;
+  ref::rng rng(62);
+  const cache<float> k(m, 16, Hk, d, rng), v(m, 16, Hk, d, rng);
+  const auto K = k.view(), V = v.view();
+  tensor<float, 2, 8, 1, d> Q;
+  for (std::size_t x = 0; x < Q.size(); ++x) Q.data()[x] = static_cast<float>(rng.uniform(-1, 1));
+  const auto e = softmax(causal(Q * transpose(K) / 8.0f)) * V;
+  static_assert(detail::pages_in_place<decltype(e)>);
+  tensor<float, 2, 8, 1, d> O;
+  const long long before = detail::allocation_meter::begin();
+  eval_into(O, e);
+  const long long held = detail::allocation_meter::peak() - before;
+  // The cache is 7096 · 2 · 64 floats (3.6 MB) for K and as much for V; the
+  // decode parts hold a part's scores and each part's row of output.
+  CHECK(held < 256 * 1024);
+  CHECK(same_bits(O.matrix_at(1, 5), eval(softmax(causal(query(Q, 1) * transpose(dense(K, 1)) / 8.0f)) * dense(V, 1)).matrix_at(0, 5)));
+  // Node by node, or a form that is not the dot product's, copies the pages first.
+  static_assert(!detail::pages_in_place<decltype(softmax(similarity(Q, K, neg_sq_l2)) * V)>);
+}

@@ -193,7 +193,7 @@ compute_result_t<E> evaluate_on_stored_kv(const E& e) {
 
 template <class Policy, class E>
 result_t<E> evaluate(const E& e) {
-  if constexpr (reads_pages<E>()) {
+  if constexpr (gathers_pages<Policy, E>) {
     return evaluate<Policy>(gather_pages(e));  // (the same result type: pages.hpp)
   } else if constexpr (std::is_same_v<Policy, best_policy> && reads_kv_as_stored<E>) {
     auto r = evaluate_on_stored_kv(e);
@@ -300,7 +300,7 @@ bool stored_kv_straight_into(Dst& dst, const E& e) {
 template <class Policy, class Dst, class E>
 void evaluate_into(Dst&& dst, const E& e) {
   // (Storage itself is copied as it is: its 2-byte values need no float.)
-  if constexpr (reads_pages<E>()) {
+  if constexpr (gathers_pages<Policy, E>) {
     static_assert(!paged_leaf<E>, "qkv: eval_into(dst, e): e is a paged cache itself (an expression over it is evaluated)");
     if constexpr (!paged_leaf<E>) evaluate_into<Policy>(std::forward<Dst>(dst), gather_pages(e));
   } else if constexpr (reads_half<E>() && !leaf<E> && !tensor_leaf<E>) {

@@ -41,9 +41,12 @@ auto leaf_view(const L& l) {
   using T = std::remove_pointer_t<decltype(l.data())>;
   std::size_t cs = 1;
   if constexpr (requires { l.col_stride(); }) cs = l.col_stride();
-  return kernels::strided<const std::remove_const_t<T>>{l.data(), l.rows(), l.cols(),
-                                                        static_cast<std::ptrdiff_t>(l.row_stride()),
-                                                        static_cast<std::ptrdiff_t>(cs)};
+  kernels::strided<const std::remove_const_t<T>> v{l.data(), l.rows(), l.cols(),
+                                                   static_cast<std::ptrdiff_t>(l.row_stride()),
+                                                   static_cast<std::ptrdiff_t>(cs)};
+  if constexpr (requires { l.page_table(); })  // a sequence of a paged cache (storage/paged_view.hpp)
+    v.pages = l.page_table(), v.page_rows = l.page_rows(), v.page_stride = static_cast<std::ptrdiff_t>(l.page_stride());
+  return v;
 }
 
 // The same for a destination, whose data() is mutable.

@@ -1,14 +1,16 @@
-// Expressions on paged K and V (storage/paged_view.hpp). The strategies
-// reach an operand one matrix at a time, and a sequence's keys in pages are
-// not one matrix: each evaluation first copies every paged operand's
-// sequences, token-major, into one contiguous block (gather_pages), and
-// evaluates the same expression on it, so that the result is by
-// construction the expression over each sequence's keys gathered into a
-// contiguous tensor. (The copy is one more pass over K and V; reading the
-// pages in place in the kernels is what would remove it.)
+// Expressions on paged K and V (storage/paged_view.hpp). An attention whose
+// scores are the dot product of Q and a paged K, over a paged V of the same
+// storage, is evaluated with K and V in their pages (pages_in_place): each
+// sequence's keys of a head are a paged_matrix, which the kernels' decode
+// parts read in place and their query blocks copy contiguous once, as they
+// pack them anyway (kernels/paged_kv.hpp). Any other expression, and the
+// node-by-node strategy, get every paged operand's sequences copied end to
+// end first (gather_pages). Either way the result is the same expression
+// over each sequence's keys gathered into a contiguous tensor.
 #pragma once
 
 #include "../expr/node.hpp"
+#include "fused.hpp"
 #include "../storage/matrix_view.hpp"
 #include "../storage/paged_view.hpp"
 #include "../storage/ragged.hpp"
@@ -40,6 +42,30 @@ constexpr bool reads_pages() {
     }(std::make_index_sequence<std::tuple_size_v<ops>>{});
   }
 }
+
+// Whether the best strategy reads e's paged K and V in place.
+template <class E>
+inline constexpr bool pages_in_place = [] {
+  if constexpr (!has_fused_form<E>) {
+    return false;
+  } else {
+    using chain = score_chain<typename fused_form<bare_t<E>>::scores>;
+    using keys = std::remove_cv_t<std::remove_pointer_t<decltype(chain::keys_of(nullptr))>>;
+    using values = bare_t<decltype(std::declval<const bare_t<E>&>().rhs())>;
+    if constexpr (std::is_void_v<keys>) {
+      return false;  // not the dot product's scores (the keys' norms, a user's term: read as stored rows)
+    } else if constexpr (!paged_leaf<bare_t<keys>> || !paged_leaf<values>) {
+      return false;
+    } else {
+      using S = std::remove_const_t<value_type_t<bare_t<keys>>>;
+      return std::is_same_v<S, std::remove_const_t<value_type_t<values>>> && std::is_same_v<kv_storage_t<bare_t<E>>, S>;
+    }
+  }
+}();
+
+// Whether Policy's evaluation of e first gathers its pages.
+template <class Policy, class E>
+inline constexpr bool gathers_pages = reads_pages<bare_t<E>>() && !(std::is_same_v<Policy, best_policy> && pages_in_place<E>);
 
 // A paged operand's sequences, copied end to end: a batch of {B, H}
 // matrices like the paged one's (not a ragged result: the rows of e's

@@ -18,6 +18,8 @@ template <class E>
 auto slice(const E& e, batch_extents index) {
   if constexpr (leaf<E>) {
     return matrix_view<const value_type_t<E>, E::static_rows, E::static_cols>(e);
+  } else if constexpr (requires { e.batch_matrix_in_pages(index); }) {
+    return e.batch_matrix_in_pages(index);  // a sequence of a paged cache, read in place (eval/pages.hpp)
   } else if constexpr (tensor_leaf<E>) {
     return matrix_view<const value_type_t<E>, E::static_rows, E::static_cols>(e.batch_matrix(index));
   } else {

@@ -37,7 +37,7 @@ namespace schedule_detail {
 template <class S>
 bool same_view(const strided<const S>& a, const strided<const S>& b) {
   return a.data == b.data && a.rows == b.rows && a.cols == b.cols && a.row_stride == b.row_stride &&
-         a.col_stride == b.col_stride;
+         a.col_stride == b.col_stride && a.pages == b.pages;
 }
 
 template <class P>

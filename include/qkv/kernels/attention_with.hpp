@@ -14,6 +14,7 @@
 #include "attention.hpp"
 #include "attention_rows.hpp"
 #include "attention_schedule.hpp"
+#include "paged_kv.hpp"
 
 #include <xsimd/xsimd.hpp>
 
@@ -165,6 +166,15 @@ template <class T, class S, class Ext>
 void attention_with(const attention_problem<T, S>* problems, std::size_t count, const Ext& ext) {
   (void)active_blocking(sizeof(T));  // the kernels' set: a bad QKV_ARCH throws here, as in every evaluation
   const bool like_library = runs_like_library<xsimd::default_arch>();
+  // Paged K and V stay in their pages for the decode parts alone (paged_kv.hpp).
+  const auto keeps = [](const attention_problem<T, S>& p) {
+    if constexpr (decode_with_functors<T, Ext>::applies) return decode_with_functors<T, Ext>::decodes(p);
+    else return (void)p, false;
+  };
+  if (copies_pages(problems, count, keeps)) {
+    const contiguous_kv<T, S> copied(problems, count, keeps);
+    return attention_with(copied.problems.data(), count, ext);
+  }
   // Each problem takes the path its own shape picks, whatever the others
   // in the call (a batch of prefills and decodes: batch invariance).
   std::vector<attention_problem<T, S>> rest;

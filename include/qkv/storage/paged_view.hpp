@@ -29,6 +29,45 @@ namespace qkv {
 // {pages, page_size, heads, dim} of a page pool.
 using paged_extents = std::array<std::size_t, 4>;
 
+// Sequence b's keys of head h in a paged cache: a matrix whose row i is row
+// i % page_rows of page table[i / page_rows], pages page_stride elements
+// apart from data (which is page 0's first row of head h), rows
+// row_stride apart within a page. What a slice of a paged_view is
+// (eval/slice.hpp), read in place by the kernels' decode parts.
+template <class T, std::size_t D>
+class paged_matrix {
+ public:
+  using value_type = std::remove_const_t<T>;
+  using element_type = T;
+  static constexpr bool qkv_expression = true;
+  static constexpr bool qkv_is_view = true;
+  static constexpr std::size_t static_rows = dyn;
+  static constexpr std::size_t static_cols = D;
+
+  paged_matrix(T* data, std::size_t rows, std::size_t cols, std::size_t row_stride, const std::int32_t* table,
+               std::size_t page_rows, std::size_t page_stride) noexcept
+      : data_(data), rows_(rows), cols_(cols), row_stride_(row_stride), table_(table), page_rows_(page_rows),
+        page_stride_(page_stride) {}
+
+  T* row(std::size_t i) const noexcept {
+    return data_ + static_cast<std::size_t>(table_[i / page_rows_]) * page_stride_ + (i % page_rows_) * row_stride_;
+  }
+  T& operator()(std::size_t i, std::size_t j) const noexcept { return row(i)[j]; }
+  std::size_t rows() const noexcept { return rows_; }
+  std::size_t cols() const noexcept { return cols_; }
+  std::size_t row_stride() const noexcept { return row_stride_; }  // within a page
+  T* data() const noexcept { return data_; }
+  const std::int32_t* page_table() const noexcept { return table_; }
+  std::size_t page_rows() const noexcept { return page_rows_; }
+  std::size_t page_stride() const noexcept { return page_stride_; }
+
+ private:
+  T* data_;
+  std::size_t rows_, cols_, row_stride_;
+  const std::int32_t* table_;
+  std::size_t page_rows_, page_stride_;
+};
+
 template <class T, std::size_t H, std::size_t D>
 class paged_view {
   using bare = std::remove_const_t<T>;
@@ -87,6 +126,12 @@ class paged_view {
       throw std::out_of_range("qkv: paged_view index (" + std::to_string(b) + ", " + std::to_string(t) + ", " +
                               std::to_string(h) + ", " + std::to_string(c) + ") outside the cache");
     return (*this)(b, t, h, c);
+  }
+
+  // Sequence b's keys of head h, unchecked: what the strategies use.
+  paged_matrix<const bare, D> batch_matrix_in_pages(batch_extents b) const noexcept {
+    return {pool_ + b[1] * x_[3], length(b[0]), x_[3], x_[2] * x_[3], table_.data() + b[0] * table_.row_stride(), x_[1],
+            x_[1] * x_[2] * x_[3]};
   }
 
   std::size_t batch() const noexcept { return lengths_.size(); }
