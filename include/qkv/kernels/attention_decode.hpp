@@ -118,15 +118,15 @@ struct attention_decode {
         if (j + 5 * KB <= count)
           for (std::size_t t = 0; t < KB; ++t) prefetch_row(p.k.ptr(j0 + j + 4 * KB + t, 0), dk * sizeof(S));
         batch acc[KB];
-        for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0));
+        const S* row[KB];  // (each row's address once: rows of a paged K are found through its table)
+        for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0)), row[t] = p.k.ptr(j0 + j + t, 0);
         for (std::size_t c = 0; c < body; c += W) {
           const batch qc = batch::load_unaligned(q + c);
-          for (std::size_t t = 0; t < KB; ++t)
-            acc[t] = fmadd(qc, load(p.k.ptr(j0 + j + t, c)), acc[t]);
+          for (std::size_t t = 0; t < KB; ++t) acc[t] = fmadd(qc, load(row[t] + c), acc[t]);
         }
         if (body < dk)  // the tail as row_dot takes it: a zero-padded vector, alike for every S
           for (std::size_t t = 0; t < KB; ++t)
-            acc[t] = fmadd(q_tail, load_tail<Arch, T>(p.k.ptr(j0 + j + t, body), 1, dk - body), acc[t]);
+            acc[t] = fmadd(q_tail, load_tail<Arch, T>(row[t] + body, 1, dk - body), acc[t]);
         // (Not xsimd::haddp: in xsimd 8.1 it permutes the lanes on AVX-512.)
         for (std::size_t t = 0; t < KB; ++t) u[j + t] = xsimd::hadd(acc[t]);
       }

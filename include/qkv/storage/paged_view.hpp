@@ -8,7 +8,8 @@
 // std::invalid_argument; rows past a length and unused table entries are
 // never read. As an operand it is a batch of {B, H} matrices, sequence b's
 // keys of head h (eval/pages.hpp). The pool, table and lengths must outlive
-// the view.
+// the view, and the table and lengths must not change while it is used: a
+// view is checked, and sums the lengths, when it is made.
 #pragma once
 
 #include "../expr/expression.hpp"
@@ -114,6 +115,12 @@ class paged_view {
     }
     for (std::size_t b = 0; b < lengths_.size(); ++b) tokens_ += static_cast<std::size_t>(lengths_[b]);
   }
+
+  // A view of the same cache with const elements, checked again (at the
+  // lengths and table as they are now).
+  template <class U>
+    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
+  paged_view(const paged_view<U, H, D>& o) : paged_view(o.data(), o.extents(), o.block_table(), o.lengths()) {}
 
   // The first of row t's dim values of head h in sequence b, unchecked.
   T* row(std::size_t b, std::size_t t, std::size_t h) const noexcept {
