@@ -217,6 +217,11 @@ TEST_CASE("a decode reads its pages in place: no copy of the cache", "[paged]") 
   // decode parts hold a part's scores and each part's row of output.
   CHECK(held < 256 * 1024);
   CHECK(same_bits(O.matrix_at(1, 5), eval(softmax(causal(query(Q, 1) * transpose(dense(K, 1)) / 8.0f)) * dense(V, 1)).matrix_at(0, 5)));
+  // The cost model counts each sequence's own keys.
+  const auto alone = [&](std::size_t b) {
+    return cost(softmax(causal(query(Q, b) * transpose(dense(K, b)) / 8.0f)) * dense(V, b));
+  };
+  CHECK(cost(e).flops == alone(0).flops + alone(1).flops);
   // Node by node, or a form that is not the dot product's, copies the pages first.
   static_assert(!detail::pages_in_place<decltype(softmax(similarity(Q, K, neg_sq_l2)) * V)>);
 }

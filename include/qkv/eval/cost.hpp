@@ -21,6 +21,7 @@
 #pragma once
 
 #include "fused.hpp"
+#include "pages.hpp"
 #include "ragged.hpp"
 #include "slice.hpp"
 #include "widen.hpp"
@@ -279,8 +280,9 @@ constexpr cost_estimate total_cost(const E* e) {
   return c;
 }
 
-// A ragged e: its sequences' costs, each its matrix expression's at head 0
-// times the heads; the naive bytes of the largest (one index at a time).
+// A ragged e, or one over paged K and V: its sequences' costs, each its
+// matrix expression's at head 0 times the heads; the naive bytes of the
+// largest (one index at a time).
 template <class E>
 cost_estimate ragged_cost(const E& e) {
   const batch_extents b = batch_of(e);
@@ -301,7 +303,7 @@ cost_estimate ragged_cost(const E& e) {
 // What evaluating e costs (the conventions are at the top of this file).
 template <expression E>
 constexpr cost_estimate cost(const E& e) {
-  if constexpr (detail::is_ragged_v<E>) return detail::ragged_cost(e);
+  if constexpr (detail::is_ragged_v<E> || detail::reads_pages<E>()) return detail::ragged_cost(e);
   else return detail::total_cost(&e);
 }
 
