@@ -17,6 +17,7 @@
 #include "../kernels/mask.hpp"
 #include "../storage/aligned_buffer.hpp"
 
+#include <bit>
 #include <cstddef>
 #include <type_traits>
 #include <utility>
@@ -44,8 +45,10 @@ auto leaf_view(const L& l) {
   kernels::strided<const std::remove_const_t<T>> v{l.data(), l.rows(), l.cols(),
                                                    static_cast<std::ptrdiff_t>(l.row_stride()),
                                                    static_cast<std::ptrdiff_t>(cs)};
-  if constexpr (requires { l.page_table(); })  // a sequence of a paged cache (storage/paged_view.hpp)
+  if constexpr (requires { l.page_table(); }) {  // a sequence of a paged cache (storage/paged_view.hpp)
     v.pages = l.page_table(), v.page_rows = l.page_rows(), v.page_stride = static_cast<std::ptrdiff_t>(l.page_stride());
+    if ((v.page_rows & (v.page_rows - 1)) == 0) v.page_shift = std::countr_zero(v.page_rows);
+  }
   return v;
 }
 
