@@ -10,6 +10,7 @@
 #include <benchmark/benchmark.h>
 
 #include <qkv/qkv.hpp>
+#include <xsimd/xsimd.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -29,7 +30,8 @@ struct caches {
   std::size_t page;
   std::vector<std::int32_t> lengths, table, offsets{0};
   std::size_t width = 1, pages = 0;
-  std::vector<bf16> k_pool, v_pool;
+  // 64-byte aligned, as an engine allocates its pool: each row starts a cache line.
+  std::vector<bf16, xsimd::aligned_allocator<bf16, 64>> k_pool, v_pool;
   ragged<bf16, Hkv, D> k, v;
 
   caches(const std::vector<std::size_t>& lens, std::size_t page_size, unsigned seed) : page(page_size) {
@@ -153,7 +155,8 @@ struct mixed {
       q = o = ragged<float, Hq, D>(q_offsets, {Hq, D});
       fill(q);
     }
-    paged_view<const bf16, Hkv, D> view(const std::vector<bf16>& pool) const {
+    template <class Pool>
+    paged_view<const bf16, Hkv, D> view(const Pool& pool) const {
       return {pool.data(), {m->c.pages, m->c.page, Hkv, D}, {m->c.table.data() + first * m->c.width, lengths.size(), m->c.width}, lengths};
     }
     void run() {

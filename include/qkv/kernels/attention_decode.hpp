@@ -30,6 +30,32 @@
 
 namespace qkv::kernels {
 
+// Rows start, start + 1, ... of x in order, each address one add from the
+// last; a paged x's first row of each page through its table
+// (strided.hpp), so that reading K and V in place costs little more per row.
+template <class S>
+class row_walk {
+ public:
+  row_walk(const strided<const S>& x, std::size_t start) noexcept : x_(x), i_(start) {}
+  // (An address, and a page's table entry, is found when its row is asked
+  // for, never before.)
+  const S* next() noexcept {
+    if (at_ == nullptr || (x_.pages != nullptr && left_-- == 0)) {
+      at_ = x_.ptr(i_, 0);
+      left_ = x_.pages != nullptr ? x_.page_rows - 1 - i_ % x_.page_rows : 0;
+    }
+    const S* r = at_;
+    ++i_, at_ += x_.row_stride;
+    return r;
+  }
+
+ private:
+  const strided<const S>& x_;
+  std::size_t i_;
+  const S* at_ = nullptr;
+  std::size_t left_ = 0;  // a paged x: rows of this page after the current one
+};
+
 template <class Arch, class T, class Ext, blocking B>
 struct attention_decode {
   using batch = xsimd::batch<T, Arch>;
@@ -113,13 +139,14 @@ struct attention_decode {
     const std::size_t dk = p.q.cols, body = dk - dk % W;
     const batch q_tail = load_tail<Arch, T>(q + body, 1, dk - body);
     std::size_t j = 0;
-    if (p.k.col_stride == 1) {
+    if (p.k.col_stride == 1 && count >= KB) {
+      row_walk<S> rows(p.k, j0), ahead(p.k, j0 + (count >= 5 * KB ? 4 * KB : 0));
       for (; j + KB <= count; j += KB) {
         if (j + 5 * KB <= count)
-          for (std::size_t t = 0; t < KB; ++t) prefetch_row(p.k.ptr(j0 + j + 4 * KB + t, 0), dk * sizeof(S));
+          for (std::size_t t = 0; t < KB; ++t) prefetch_row(ahead.next(), dk * sizeof(S));
         batch acc[KB];
-        const S* row[KB];  // (each row's address once: rows of a paged K are found through its table)
-        for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0)), row[t] = p.k.ptr(j0 + j + t, 0);
+        const S* row[KB];
+        for (std::size_t t = 0; t < KB; ++t) acc[t] = batch(T(0)), row[t] = rows.next();
         for (std::size_t c = 0; c < body; c += W) {
           const batch qc = batch::load_unaligned(q + c);
           for (std::size_t t = 0; t < KB; ++t) acc[t] = fmadd(qc, load(row[t] + c), acc[t]);
@@ -172,6 +199,7 @@ struct attention_decode {
   static std::size_t streamed_columns(const attention_problem<T, S>& p, const T* u, std::size_t j0, std::size_t count,
                                       T* o, T* part) {
     const std::size_t body = p.v.cols - p.v.cols % W;
+    row_walk<S> rows(p.v, j0);
     for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
       for (std::size_t c = 0; c < body; c += W) batch(T(0)).store_unaligned(part + c);
       const std::size_t end = min(count, jc + B.sum_chunk);
@@ -182,10 +210,10 @@ struct attention_decode {
           prefetch_row(p.v.ptr(j0 + j + 16, 0), p.v.cols * sizeof(S));
           prefetch_row(p.v.ptr(j0 + j + 17, 0), p.v.cols * sizeof(S));
         }
+        const S* v0 = rows.next();
         if (j + 1 < end && u[j] != T(0) && u[j + 1] != T(0)) {
           const batch w0(u[j]), w1(u[j + 1]);
-          const S* v0 = p.v.ptr(j0 + j, 0);
-          const S* v1 = p.v.ptr(j0 + j + 1, 0);
+          const S* v1 = rows.next();
           for (std::size_t c = 0; c < body; c += W)
             fmadd(w1, load(v1 + c), fmadd(w0, load(v0 + c), batch::load_unaligned(part + c)))
                 .store_unaligned(part + c);
@@ -194,9 +222,8 @@ struct attention_decode {
         }
         if (u[j] != T(0)) {
           const batch w(u[j]);
-          const S* vj = p.v.ptr(j0 + j, 0);
           for (std::size_t c = 0; c < body; c += W)
-            fmadd(w, load(vj + c), batch::load_unaligned(part + c)).store_unaligned(part + c);
+            fmadd(w, load(v0 + c), batch::load_unaligned(part + c)).store_unaligned(part + c);
         }
         ++j;
       }
@@ -214,13 +241,14 @@ struct attention_decode {
     for (; c0 + NV * W <= p.v.cols; c0 += NV * W) {
       batch acc[NV];
       for (std::size_t r = 0; r < NV; ++r) acc[r] = batch(T(0));
+      row_walk<S> rows(p.v, j0);
       for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
         batch part[NV];
         for (std::size_t r = 0; r < NV; ++r) part[r] = batch(T(0));
         for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
+          const S* vj = rows.next() + c0;
           if (u[j] == T(0)) continue;
           const batch w(u[j]);
-          const S* vj = p.v.ptr(j0 + j, c0);
           for (std::size_t r = 0; r < NV; ++r) part[r] = fmadd(w, load(vj + r * W), part[r]);
         }
         for (std::size_t r = 0; r < NV; ++r) acc[r] += part[r];
