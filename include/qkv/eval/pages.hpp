@@ -28,19 +28,13 @@ namespace qkv::detail {
 template <class E>
 concept paged_leaf = tensor_leaf<E> && requires { requires std::remove_cvref_t<E>::qkv_paged; };
 
+template <class L>
+struct is_paged_leaf : std::bool_constant<paged_leaf<L>> {};
+
 // Whether e reads a paged operand.
 template <class E>
 constexpr bool reads_pages() {
-  if constexpr (paged_leaf<E>) {
-    return true;
-  } else if constexpr (leaf<E> || tensor_leaf<E>) {
-    return false;
-  } else {
-    using ops = decltype(std::declval<const E&>().operands());
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (reads_pages<bare_t<std::tuple_element_t<I, ops>>>() || ... || false);
-    }(std::make_index_sequence<std::tuple_size_v<ops>>{});
-  }
+  return reads_leaf<is_paged_leaf, E>();
 }
 
 // Whether the best strategy reads e's paged K and V in place.

@@ -26,19 +26,13 @@ namespace qkv::detail {
 template <class E>
 concept ragged_leaf = tensor_leaf<E> && requires { requires std::remove_cvref_t<E>::qkv_ragged; };
 
+template <class L>
+struct is_ragged_leaf : std::bool_constant<ragged_leaf<L>> {};
+
 // Whether e reads a ragged operand.
 template <class E>
 constexpr bool reads_ragged() {
-  if constexpr (ragged_leaf<E>) {
-    return true;
-  } else if constexpr (leaf<E> || tensor_leaf<E>) {
-    return false;
-  } else {
-    using ops = decltype(std::declval<const E&>().operands());
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (reads_ragged<bare_t<std::tuple_element_t<I, ops>>>() || ... || false);
-    }(std::make_index_sequence<std::tuple_size_v<ops>>{});
-  }
+  return reads_leaf<is_ragged_leaf, E>();
 }
 
 template <class E>

@@ -22,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace qkv::detail {
@@ -152,5 +153,19 @@ class binary : public node<binary_value_t<A, B>, R, C, max_rank<A, B>(),
   A a_;
   B b_;
 };
+
+// Whether a storage leaf of e's operands, walked down to the leaves, is an
+// Is (Is<L>::value): a ragged operand, a paged one.
+template <template <class> class Is, class E>
+constexpr bool reads_leaf() {
+  if constexpr (leaf<E> || tensor_leaf<E>) {
+    return Is<E>::value;
+  } else {
+    using ops = decltype(std::declval<const E&>().operands());
+    return []<std::size_t... I>(std::index_sequence<I...>) {
+      return (reads_leaf<Is, bare_t<std::tuple_element_t<I, ops>>>() || ... || false);
+    }(std::make_index_sequence<std::tuple_size_v<ops>>{});
+  }
+}
 
 }  // namespace qkv::detail
