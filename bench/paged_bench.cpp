@@ -5,6 +5,11 @@
 // packed end to end), on one thread and on two. Then a mixed batch, 4
 // prefill chunks of 512 queries and 28 decodes over paged caches in one
 // call, against its two parts in two calls.
+//
+// Every cache, paged or contiguous, is in memory of one kind: 4 KiB pages,
+// or (the ../huge cases) memory the kernel is asked to back with huge
+// pages. Rows of one head are 2 KiB apart, so 4 KiB pages put a TLB miss on
+// every second row, and page tables the shuffled pages scatter.
 //   cmake -S . -B build -DQKV_BUILD_BENCHMARKS=ON && cmake --build build -j2 --target qkv_paged_bench
 //   build/bench/qkv_paged_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
@@ -15,14 +20,44 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <new>
 #include <numeric>
+#include <utility>
 #include <random>
 #include <vector>
+
+#include <cstdlib>
+#include <sys/mman.h>
 
 namespace {
 
 using namespace qkv;
 constexpr std::size_t Hq = 32, Hkv = 8, D = 128;
+
+// 64-byte aligned, as an engine allocates its pool: each row starts a cache
+// line; with `huge`, 2 MiB aligned and advised to be backed by huge pages.
+template <class T>
+struct pool_allocator {
+  using value_type = T;
+  bool huge = false;
+  pool_allocator() = default;
+  explicit pool_allocator(bool h) : huge(h) {}
+  template <class U>
+  pool_allocator(const pool_allocator<U>& a) : huge(a.huge) {}
+  T* allocate(std::size_t n) {
+    const std::size_t align = huge ? std::size_t{2} << 20 : 64, bytes = (n * sizeof(T) + align - 1) / align * align;
+    void* p = std::aligned_alloc(align, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const pool_allocator<U>& a) const { return huge == a.huge; }
+};
+using memory = std::vector<bf16, pool_allocator<bf16>>;
 
 // Sequences of the given lengths in pages of `page` tokens, and the same
 // keys packed end to end.
@@ -30,11 +65,12 @@ struct caches {
   std::size_t page;
   std::vector<std::int32_t> lengths, table, offsets{0};
   std::size_t width = 1, pages = 0;
-  // 64-byte aligned, as an engine allocates its pool: each row starts a cache line.
-  std::vector<bf16, xsimd::aligned_allocator<bf16, 64>> k_pool, v_pool;
-  ragged<bf16, Hkv, D> k, v;
+  memory k_pool, v_pool, k_flat, v_flat;
+  ragged_view<const bf16, Hkv, D> k, v;
 
-  caches(const std::vector<std::size_t>& lens, std::size_t page_size, unsigned seed) : page(page_size) {
+  caches(const std::vector<std::size_t>& lens, std::size_t page_size, unsigned seed, bool huge)
+      : page(page_size), k_pool(pool_allocator<bf16>(huge)), v_pool(k_pool.get_allocator()), k_flat(k_pool.get_allocator()),
+        v_flat(k_pool.get_allocator()), k(nullptr, std::vector<std::int32_t>{0}, {Hkv, D}), v(k) {
     for (std::size_t n : lens) {
       lengths.push_back(static_cast<std::int32_t>(n));
       offsets.push_back(offsets.back() + static_cast<std::int32_t>(n));
@@ -49,9 +85,10 @@ struct caches {
     std::size_t next = 0;
     for (std::size_t b = 0; b < lens.size(); ++b)
       for (std::size_t x = 0; x < (lens[b] + page - 1) / page; ++x) table[b * width + x] = order[next++];
-    k = v = ragged<bf16, Hkv, D>(offsets, {Hkv, D});
+    k_flat.resize(static_cast<std::size_t>(offsets.back()) * Hkv * D), v_flat.resize(k_flat.size());
     std::uniform_real_distribution<float> u(-1, 1);
-    for (std::size_t x = 0; x < k.size(); ++x) k.data()[x] = bf16(u(gen)), v.data()[x] = bf16(u(gen));
+    for (std::size_t x = 0; x < k_flat.size(); ++x) k_flat[x] = bf16(u(gen)), v_flat[x] = bf16(u(gen));
+    k = {k_flat.data(), offsets, {Hkv, D}}, v = {v_flat.data(), offsets, {Hkv, D}};
     k_pool.resize(pages * page * Hkv * D), v_pool.resize(k_pool.size());
     for (std::size_t b = 0; b < lens.size(); ++b)
       for (std::size_t t = 0; t < lens[b]; ++t)
@@ -73,9 +110,12 @@ std::vector<std::size_t> draw(std::size_t count, std::size_t lo, std::size_t hi,
   return l;
 }
 
-const caches& decode_caches(std::size_t page) {
-  static const caches c16(draw(16, 1024, 16384, 11), 16, 1), c128(draw(16, 1024, 16384, 11), 128, 1);
-  return page == 16 ? c16 : c128;
+// Made when first asked for: each is about 1.2 GB.
+const caches& decode_caches(std::size_t page, bool huge) {
+  static std::map<std::pair<std::size_t, bool>, std::unique_ptr<caches>> made;
+  auto& c = made[{page, huge}];
+  if (!c) c = std::make_unique<caches>(draw(16, 1024, 16384, 11), page, 1, huge);
+  return *c;
 }
 
 struct threads_scope {
@@ -97,7 +137,7 @@ void bytes(benchmark::State& state, const caches& c) {
 }
 
 void paged_decode(benchmark::State& state) {
-  const caches& c = decode_caches(static_cast<std::size_t>(state.range(0)));
+  const caches& c = decode_caches(static_cast<std::size_t>(state.range(0)), state.range(2) != 0);
   tensor<float, 16, Hq, 1, D> q, o;
   fill(q);
   const auto K = c.paged_k(), V = c.paged_v();
@@ -110,7 +150,7 @@ void paged_decode(benchmark::State& state) {
 }
 
 void contiguous_decode(benchmark::State& state) {
-  const caches& c = decode_caches(16);
+  const caches& c = decode_caches(16, state.range(1) != 0);
   std::vector<std::int32_t> one(17);
   std::iota(one.begin(), one.end(), 0);
   ragged<float, Hq, D> q(one, {Hq, D}), o(one, {Hq, D});
@@ -130,7 +170,7 @@ struct mixed {
   caches c;
   std::vector<std::int32_t> q_offsets{0};
   ragged<float, Hq, D> q, o;
-  mixed() : lens(lengths()), c(lens, 16, 2) {
+  mixed() : lens(lengths()), c(lens, 16, 2, false) {
     for (std::size_t b = 0; b < 32; ++b) q_offsets.push_back(q_offsets.back() + (b < 4 ? 512 : 1));
     q = o = ragged<float, Hq, D>(q_offsets, {Hq, D});
     fill(q);
@@ -192,8 +232,12 @@ void mixed_parts(benchmark::State& state) {
   }
 }
 
-BENCHMARK(paged_decode)->Args({16, 1})->Args({128, 1})->Args({16, 2})->Args({128, 2})->Unit(benchmark::kMillisecond);
-BENCHMARK(contiguous_decode)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+// Arguments: the page size, the threads, huge pages (1) or not (0).
+BENCHMARK(paged_decode)
+    ->ArgsProduct({{16, 128}, {1, 2}, {0, 1}})
+    ->ArgNames({"page", "threads", "huge"})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(contiguous_decode)->ArgsProduct({{1, 2}, {0, 1}})->ArgNames({"threads", "huge"})->Unit(benchmark::kMillisecond);
 BENCHMARK(mixed_batch)->Unit(benchmark::kMillisecond);
 BENCHMARK(mixed_parts)->Unit(benchmark::kMillisecond);
 

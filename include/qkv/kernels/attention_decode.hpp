@@ -136,13 +136,14 @@ struct attention_decode {
   template <class S>
   static void scores(const attention_problem<T, S>& p, const T* q, std::size_t j0, std::size_t count, T* u) {
     constexpr std::size_t KB = 8;  // keys whose dot products run side by side
+    constexpr std::size_t K_AHEAD = 4 * KB;  // rows prefetched ahead
     const std::size_t dk = p.q.cols, body = dk - dk % W;
     const batch q_tail = load_tail<Arch, T>(q + body, 1, dk - body);
     std::size_t j = 0;
     if (p.k.col_stride == 1 && count >= KB) {
-      row_walk<S> rows(p.k, j0), ahead(p.k, j0 + (count >= 5 * KB ? 4 * KB : 0));
+      row_walk<S> rows(p.k, j0), ahead(p.k, j0 + (count >= K_AHEAD + KB ? K_AHEAD : 0));
       for (; j + KB <= count; j += KB) {
-        if (j + 5 * KB <= count)
+        if (j + K_AHEAD + KB <= count)
           for (std::size_t t = 0; t < KB; ++t) prefetch_row(ahead.next(), dk * sizeof(S));
         batch acc[KB];
         const S* row[KB];
@@ -235,17 +236,22 @@ struct attention_decode {
 
   // Output columns [c0, …) in groups of NV vectors held in registers while
   // the value rows stream past; returns the first column not done.
+  // Value rows prefetched ahead: the hardware's prefetch finds a value
+  // stream again only after a few rows, and in a paged cache the stream
+  // breaks at every page.
+  static constexpr std::size_t V_AHEAD = 16;
   template <std::size_t NV, class S>
   static std::size_t weighted_columns(const attention_problem<T, S>& p, const T* u, std::size_t j0, std::size_t count,
                                       T* o, std::size_t c0) {
     for (; c0 + NV * W <= p.v.cols; c0 += NV * W) {
       batch acc[NV];
       for (std::size_t r = 0; r < NV; ++r) acc[r] = batch(T(0));
-      row_walk<S> rows(p.v, j0);
+      row_walk<S> rows(p.v, j0), ahead(p.v, j0 + (count > V_AHEAD ? V_AHEAD : 0));
       for (std::size_t jc = 0; jc < count; jc += B.sum_chunk) {
         batch part[NV];
         for (std::size_t r = 0; r < NV; ++r) part[r] = batch(T(0));
         for (std::size_t j = jc; j < min(count, jc + B.sum_chunk); ++j) {
+          if (j + V_AHEAD < count) prefetch_row(ahead.next() + c0, NV * W * sizeof(S));
           const S* vj = rows.next() + c0;
           if (u[j] == T(0)) continue;
           const batch w(u[j]);

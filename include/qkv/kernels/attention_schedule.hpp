@@ -61,19 +61,29 @@ const T* pack_group(const Kernel& kernel, const P* group, std::size_t count) {
   return nullptr;
 }
 
-// A whole group on the calling thread.
+// A whole group on the calling thread, piece by piece across its problems:
+// piece b of every problem, then piece b + 1. The problems of a group read
+// the same K and V, and a decode's piece b is one part of the keys, so the
+// group's other query heads find that part in cache rather than in memory.
 template <class Kernel, class P, class T = typename P::value_type>
 void run_group(const Kernel& kernel, const P* group, std::size_t count) {
   const T* shared = pack_group(kernel, group, count);
+  std::vector<std::size_t> kept_at(count + 1, 0);
+  std::size_t most = 0, scratch_size = 0;
   for (std::size_t x = 0; x < count; ++x) {
-    const P& p = group[x];
-    if (empty(p)) continue;
-    T* scratch = detail::thread_scratch<T, detail::scratch_slot::block>(kernel.scratch_size(p));
-    T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(kernel.kept_size(p));
-    const std::size_t n = kernel.pieces(p);
-    for (std::size_t b = 0; b < n; ++b) kernel.piece(p, shared, b, scratch, kept);
-    kernel.finish(p, kept);
+    const bool none = empty(group[x]);
+    kept_at[x + 1] = kept_at[x] + (none ? 0 : kernel.kept_size(group[x]));
+    if (none) continue;
+    most = std::max(most, kernel.pieces(group[x]));
+    scratch_size = std::max(scratch_size, kernel.scratch_size(group[x]));
   }
+  T* scratch = detail::thread_scratch<T, detail::scratch_slot::block>(scratch_size);
+  T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(kept_at[count]);
+  for (std::size_t b = 0; b < most; ++b)
+    for (std::size_t x = 0; x < count; ++x)
+      if (!empty(group[x]) && b < kernel.pieces(group[x])) kernel.piece(group[x], shared, b, scratch, kept + kept_at[x]);
+  for (std::size_t x = 0; x < count; ++x)
+    if (!empty(group[x])) kernel.finish(group[x], kept + kept_at[x]);
 }
 
 // A group packed by the caller, then the pieces of all its problems spread
