@@ -4,7 +4,9 @@
 // appends the token's keys and values to the cache and attends from its
 // query; every step is checked against a float64 reference computed here.
 // Then the cache is split in two parts, each attended on its own with
-// eval_with_lse, and the parts merged: the whole's result.
+// eval_with_lse, and the parts merged: the whole's result. Last, the cache
+// kept in 8 and in 4 bits (quantize<q8>, quantize<q4>): the attention over
+// the values the codes stand for, and how far quantizing moved the result.
 //
 //   cache     [capacity, 2, 32] floats, token by token (as serving engines
 //             lay it out), read as [1, 2, t, 32] in place
@@ -111,5 +113,31 @@ int main() {
   const double merged_error = worst_against(merged, reference(q, k_cache, v_cache, sinks, t - 1));
   std::printf("two parts merged: %.2g from the whole, %.2g from float64 (bound %.0g): %s\n", apart, merged_error, bound,
               merged_error < bound && apart < 2 * bound ? "equal to the whole" : "FAILED");
-  return worst < bound && merged_error < bound && apart < 2 * bound ? 0 : 1;
+
+  // The cache in 8 bits and in 4 (a scale per 32 values; q4 a minimum too).
+  // Attention over a quantized cache is the float attention over the values
+  // its codes stand for: checked against float64 over those values, with
+  // the same bound. How far they are from the float cache's values is the
+  // price of the bytes saved, printed.
+  bool quantized_ok = true;
+  const auto quantized_step = [&](const auto& Kq, const auto& Vq, const char* name, std::size_t bytes) {
+    const auto O = eval(softmax(window(q * transpose(Kq) / sqrt(dim<d>), w), sinks) * Vq);
+    const auto Kd = dequantize(Kq), Vd = dequantize(Vq);
+    std::vector<float> k(steps * Hk * d), v(steps * Hk * d);
+    for (std::size_t j = 0; j < t; ++j)
+      for (std::size_t g = 0; g < Hk; ++g)
+        for (std::size_t c = 0; c < d; ++c) k[(j * Hk + g) * d + c] = Kd(0, g, j, c), v[(j * Hk + g) * d + c] = Vd(0, g, j, c);
+    const double exact = worst_against(O, reference(q, k, v, sinks, t - 1));
+    double moved = 0;
+    for (std::size_t h = 0; h < H; ++h)
+      for (std::size_t c = 0; c < d; ++c) moved = std::max(moved, std::abs(double(O(0, h, 0, c)) - whole(0, h, 0, c)));
+    std::printf("%s cache (%zu bytes a row of %zu, float %zu): %.2g from the float cache's result, %.2g from float64 over its values (bound %.0g): %s\n",
+                name, bytes, d, d * sizeof(float), moved, exact, bound, exact < bound ? "ok" : "FAILED");
+    quantized_ok = quantized_ok && exact < bound;
+  };
+  const auto K8 = quantize<q8>(cached(k_cache, t)), V8 = quantize<q8>(cached(v_cache, t));
+  const auto K4 = quantize<q4>(cached(k_cache, t)), V4 = quantize<q4>(cached(v_cache, t));
+  quantized_step(K8, V8, "q8", K8.row_bytes());
+  quantized_step(K4, V4, "q4", K4.row_bytes());
+  return worst < bound && merged_error < bound && apart < 2 * bound && quantized_ok ? 0 : 1;
 }

@@ -15,6 +15,7 @@
 #include "storage/ragged_view.hpp"
 #include "storage/paged_view.hpp"
 #include "storage/paged_append.hpp"
+#include "storage/quantized.hpp"
 #include "expr/scalar.hpp"
 #include "expr/transpose.hpp"
 #include "expr/product.hpp"

@@ -55,7 +55,7 @@ namespace detail {
 
 // What the evaluators read in place: storage, and transposes of it.
 template <class E>
-inline constexpr bool viewable = leaf<E> || tensor_leaf<E>;
+inline constexpr bool viewable = storage_leaf<E>;
 template <class X>
 inline constexpr bool viewable<transpose_expr<X>> = viewable<bare_t<X>>;
 
@@ -244,7 +244,7 @@ template <class E>
 constexpr std::size_t widened_bytes(const E* e) {
   if constexpr (!reads_half<E>()) {
     return 0;
-  } else if constexpr (leaf<E> || tensor_leaf<E>) {
+  } else if constexpr (storage_leaf<E>) {
     return rows_of(e) * cols_of(e) * batch_count(e) * sizeof(float);
   } else {
     using ops = operands_t<E>;

@@ -6,10 +6,11 @@
 #include "../shape/check.hpp"
 #include "../storage/matrix.hpp"
 #include "../storage/matrix_view.hpp"
+#include "../storage/owning.hpp"
 #include "../storage/tensor.hpp"
 #include "../storage/tensor_view.hpp"
 #include "batched.hpp"
-#include "pages.hpp"
+#include "plain_operands.hpp"
 #include "ragged.hpp"
 #include "fused.hpp"
 #include "naive.hpp"
@@ -44,27 +45,10 @@ struct result<E, T, Rank, true> {
 };
 
 // Owning storage with X's extents (static ones kept) and element type
-// without const: a matrix for a matrix or matrix_view, a tensor for a tensor
-// or tensor_view.
+// without const (storage/owning.hpp).
 template <class X>
 struct storage_like {
-  using type = matrix<std::remove_const_t<value_type_t<X>>, X::static_rows, X::static_cols>;
-};
-template <class T, std::size_t... E>
-struct storage_like<tensor<T, E...>> {
-  using type = tensor<std::remove_const_t<T>, E...>;
-};
-template <class T, std::size_t... E>
-struct storage_like<tensor_view<T, E...>> {
-  using type = tensor<std::remove_const_t<T>, E...>;
-};
-template <class T, std::size_t H, std::size_t D>
-struct storage_like<ragged<T, H, D>> {
-  using type = ragged<T, H, D>;
-};
-template <class T, std::size_t H, std::size_t D>
-struct storage_like<ragged_view<T, H, D>> {
-  using type = ragged<std::remove_const_t<T>, H, D>;
+  using type = owning_t<X, std::remove_const_t<value_type_t<X>>>;
 };
 template <class X>
 using storage_like_t = typename storage_like<bare_t<X>>::type;
@@ -193,8 +177,8 @@ compute_result_t<E> evaluate_on_stored_kv(const E& e) {
 
 template <class Policy, class E>
 result_t<E> evaluate(const E& e) {
-  if constexpr (gathers_pages<Policy, E>) {
-    return evaluate<Policy>(gather_pages(e));  // (the same result type: pages.hpp)
+  if constexpr (gathers_operands<Policy, E>) {
+    return evaluate<Policy>(gather_operands(e));  // (the same result type: pages.hpp)
   } else if constexpr (std::is_same_v<Policy, best_policy> && reads_kv_as_stored<E>) {
     auto r = evaluate_on_stored_kv(e);
     if constexpr (std::is_same_v<decltype(r), result_t<E>>) return r;
@@ -300,9 +284,9 @@ bool stored_kv_straight_into(Dst& dst, const E& e) {
 template <class Policy, class Dst, class E>
 void evaluate_into(Dst&& dst, const E& e) {
   // (Storage itself is copied as it is: its 2-byte values need no float.)
-  if constexpr (gathers_pages<Policy, E>) {
+  if constexpr (gathers_operands<Policy, E>) {
     static_assert(!paged_leaf<E>, "qkv: eval_into(dst, e): e is a paged cache itself (an expression over it is evaluated)");
-    if constexpr (!paged_leaf<E>) evaluate_into<Policy>(std::forward<Dst>(dst), gather_pages(e));
+    if constexpr (!paged_leaf<E>) evaluate_into<Policy>(std::forward<Dst>(dst), gather_operands(e));
   } else if constexpr (reads_half<E>() && !leaf<E> && !tensor_leaf<E>) {
     // A float destination gets the float result; any other, the rounded one,
     // whose type then must be dst's.
@@ -375,13 +359,13 @@ result_t<E> eval(const E& e, fused_t) {
 // Evaluates e into existing storage (a matrix, or a view of mutable memory)
 // of e's shape. When dst overlaps an input, e is evaluated aside first.
 template <class Dst, class E>
-  requires(leaf<Dst> || tensor_leaf<Dst>) && expression<E>
+  requires writable_leaf<Dst> && expression<E>
 void eval_into(Dst&& dst, const E& e, naive_t) {
   detail::evaluate_into<detail::naive_policy>(std::forward<Dst>(dst), e);
 }
 
 template <class Dst, class E>
-  requires(leaf<Dst> || tensor_leaf<Dst>) && expression<E>
+  requires writable_leaf<Dst> && expression<E>
 void eval_into(Dst&& dst, const E& e, fused_t) {
   detail::require_fused_form<E>();
   if constexpr (detail::has_fused_form<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
@@ -389,9 +373,9 @@ void eval_into(Dst&& dst, const E& e, fused_t) {
 
 template <class Dst, class E>
 void eval_into(Dst&& dst, const E& e) {
-  static_assert((leaf<Dst> || tensor_leaf<Dst>) && expression<E>,
+  static_assert(writable_leaf<Dst> && expression<E>,
                 "qkv: eval_into(dst, e): dst must be a matrix, tensor, or a mutable matrix_view or tensor_view");
-  if constexpr ((leaf<Dst> || tensor_leaf<Dst>) && expression<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
+  if constexpr (writable_leaf<Dst> && expression<E>) detail::evaluate_into<detail::best_policy>(std::forward<Dst>(dst), e);
 }
 
 }  // namespace qkv

@@ -14,6 +14,7 @@
 #include "../similarity/builtin.hpp"
 #include "fused.hpp"
 #include "fusion_rules.hpp"
+#include "plain_operands.hpp"
 #include "widen.hpp"
 
 #include <cstddef>
@@ -140,7 +141,7 @@ void explain_chain(const S& s, std::string& out, std::size_t depth) {
 template <class E>
 void explain_into(const E& e, std::string& out, std::size_t depth) {
   using X = bare_t<E>;
-  if constexpr (leaf<X> || tensor_leaf<X>) {
+  if constexpr (storage_leaf<X>) {
     return;
   } else if constexpr (is_transpose_v<X>) {
     explain_into(e.arg(), out, depth);
@@ -186,6 +187,7 @@ std::string explain(const E& e) {
     out = "in float: the 2-byte inputs converted";
   }
   if constexpr (detail::reads_half<bare>()) out += half_element<value_type_t<E>> ? ", the result rounded once\n" : "\n";
+  if constexpr (detail::reads_quantized<bare>()) out += std::string("K or V quantized (") + detail::quantized_formats<bare>() + "): dequantized to float first\n";
   detail::explain_into(e, out, 0);
   if constexpr (detail::has_fused_form<bare>) {
     if constexpr (!detail::fused_extension_t<bare>::empty) {

@@ -101,17 +101,4 @@ class gathered_pages {
   ragged<T, H, D> copy_;
 };
 
-// e with each paged operand replaced by its gathered copy; e itself (a
-// reference) where it reads none.
-template <class E>
-decltype(auto) gather_pages(const E& e) {
-  if constexpr (!reads_pages<E>()) {
-    return (e);
-  } else if constexpr (paged_leaf<E>) {
-    return gathered_pages<value_type_t<E>, E::static_heads, E::static_cols>(e);
-  } else {
-    return std::apply([&](const auto&... x) { return e.rebuild(gather_pages(x)...); }, e.operands());
-  }
-}
-
 }  // namespace qkv::detail

@@ -10,6 +10,7 @@
 #include "../kernels/api.hpp"
 #include "../shape/batch.hpp"
 #include "../storage/matrix.hpp"
+#include "../storage/owning.hpp"
 #include "../storage/tensor.hpp"
 #include "../storage/tensor_view.hpp"
 #include "ragged.hpp"
@@ -24,22 +25,19 @@ namespace qkv::detail {
 template <class E>
 using operands_t = decltype(std::declval<const E&>().operands());
 
+template <class L>
+struct is_half_leaf : std::bool_constant<half_element<std::remove_const_t<value_type_t<L>>>> {};
+
 // Whether e reads a 2-byte leaf (its functors' data is the functors' own).
 template <class E>
 constexpr bool reads_half() {
-  if constexpr (leaf<E> || tensor_leaf<E>) {
-    return half_element<std::remove_const_t<value_type_t<E>>>;
-  } else {
-    return []<std::size_t... I>(std::index_sequence<I...>) {
-      return (reads_half<bare_t<std::tuple_element_t<I, operands_t<E>>>>() || ... || false);
-    }(std::make_index_sequence<std::tuple_size_v<operands_t<E>>>{});
-  }
+  return reads_leaf<is_half_leaf, E>();
 }
 
 // How many times e reads a 2-byte leaf.
 template <class E>
 constexpr std::size_t half_leaf_count() {
-  if constexpr (leaf<E> || tensor_leaf<E>) {
+  if constexpr (storage_leaf<E>) {
     return half_element<std::remove_const_t<value_type_t<E>>> ? 1 : 0;
   } else {
     return []<std::size_t... I>(std::index_sequence<I...>) {
@@ -47,17 +45,6 @@ constexpr std::size_t half_leaf_count() {
     }(std::make_index_sequence<std::tuple_size_v<operands_t<E>>>{});
   }
 }
-
-template <class L>
-struct widened_tensor;
-template <class T, std::size_t... X>
-struct widened_tensor<tensor<T, X...>> {
-  using type = tensor<float, X...>;
-};
-template <class T, std::size_t... X>
-struct widened_tensor<tensor_view<T, X...>> {
-  using type = tensor<float, X...>;
-};
 
 // A matrix or matrix view as the kernels see it.
 template <class M>
@@ -97,7 +84,7 @@ decltype(auto) widen(const E& e) {
     });
     return w;
   } else if constexpr (tensor_leaf<E>) {
-    typename widened_tensor<E>::type w(e.extents());
+    owning_t<E, float> w(e.extents());
     for_each_batch_index(batch_of(e), [&](batch_extents b) {
       const auto from = e.batch_matrix(b);
       auto to = w.view().batch_matrix(b);

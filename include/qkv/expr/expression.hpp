@@ -30,6 +30,21 @@ concept tensor_leaf = expression<E> && requires {
   requires std::remove_cvref_t<E>::qkv_tensor;
 };
 
+// Values stored in a code the strategies do not read as numbers (a quantized
+// K or V, storage/quantized.hpp): made plain before an evaluation.
+template <class E>
+concept coded_leaf = expression<E> && requires {
+  requires std::remove_cvref_t<E>::qkv_quantized;
+};
+
+// The bottom of an expression: storage of any kind.
+template <class E>
+concept storage_leaf = leaf<E> || tensor_leaf<E> || coded_leaf<E>;
+
+// Storage an evaluation may write into.
+template <class E>
+concept writable_leaf = (leaf<E> || tensor_leaf<E>) && !coded_leaf<E>;
+
 template <expression E>
 using value_type_t = typename std::remove_cvref_t<E>::value_type;
 

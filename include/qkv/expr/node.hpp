@@ -158,7 +158,7 @@ class binary : public node<binary_value_t<A, B>, R, C, max_rank<A, B>(),
 // Is (Is<L>::value): a ragged operand, a paged one.
 template <template <class> class Is, class E>
 constexpr bool reads_leaf() {
-  if constexpr (leaf<E> || tensor_leaf<E>) {
+  if constexpr (storage_leaf<E>) {
     return Is<E>::value;
   } else {
     using ops = decltype(std::declval<const E&>().operands());

@@ -268,15 +268,15 @@ auto gradient_by(const E& e, const D& d_out, const wrt_t<X...>& w, bool fuse,
   constexpr bool same_extents = static_rank_of<bare_t<D>>() == rank &&
                                 static_extents_agree<bare_t<E>::static_rows, bare_t<D>::static_rows> &&
                                 static_extents_agree<bare_t<E>::static_cols, bare_t<D>::static_cols>;
-  constexpr bool matrices = rank > 2 || (leaf<bare_t<X>> && ...);
+  constexpr bool matrices = rank > 2 || (!tensor_leaf<bare_t<X>> && ...);
   static_assert(same_extents, "qkv: gradient(e, dO, wrt(X...)): the extents of dO differ from the extents of e");
   static_assert(!(same_extents && element<T>) || matrices,
                 "qkv: gradient(e, dO, wrt(X...)): e is a matrix expression, and an X is a tensor");
   // (wrt has said what is wrong with an X; nothing more is said here.)
   if constexpr (!(element<T> && same_extents && matrices && (differentiable_leaf<X> && ...))) {
     return std::tuple<>{};
-  } else if constexpr (reads_pages<E>()) {
-    return gradient_by(gather_pages(e), d_out, w, fuse);  // (the gradients of the other leaves)
+  } else if constexpr (reads_pages<E>() || reads_quantized<E>()) {
+    return gradient_by(gather_operands(e), d_out, w, fuse);  // (the gradients of the other leaves)
   } else if constexpr (rank > 2) {
     return batched_gradient<T>(e, d_out, w, fuse);
   } else {

@@ -75,8 +75,10 @@ struct wrt_t {
 
 template <class... X>
 wrt_t<X...> wrt(const X&... x) {
-  static_assert((((leaf<X> || tensor_leaf<X>) && value_element<std::remove_const_t<value_type_t<X>>>) && ...),
+  static_assert(((coded_leaf<X> || ((leaf<X> || tensor_leaf<X>) && value_element<std::remove_const_t<value_type_t<X>>>)) && ...),
                 "qkv: wrt(X...): each X must be a matrix, tensor or view of float, double, bf16 or f16 (masks are constants)");
+  static_assert(!(coded_leaf<X> || ...),
+                "qkv: wrt(X...): a quantized K or V has no gradient (its codes are constants: take it with respect to the float values quantized)");
   static_assert(!(requires { X::qkv_paged; } || ...), "qkv: wrt(X...): a paged cache has no gradient (attention over pages is forward only)");
   return {std::tie(x...)};
 }

@@ -152,8 +152,8 @@ auto eval_with_lse(const E& e) {
                 "qkv: eval_with_lse(e): e must be an attention with a fused form (eval(e, qkv::fused) says what breaks it)");
   if constexpr (!detail::has_fused_form<E>) {
     return std::pair<int, int>{};
-  } else if constexpr (detail::gathers_pages<detail::best_policy, E>) {
-    return eval_with_lse(detail::gather_pages(e));
+  } else if constexpr (detail::gathers_operands<detail::best_policy, E>) {
+    return eval_with_lse(detail::gather_operands(e));
   } else if constexpr (detail::reads_half<E>() && !detail::reads_kv_as_stored<E>) {
     auto [o, l] = eval_with_lse(detail::widen(e));  // in float, O rounded once
     return std::pair<result_t<E>, detail::lse_t<E>>{detail::narrow<result_t<E>>(o), std::move(l)};
