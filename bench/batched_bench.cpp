@@ -156,6 +156,9 @@ int register_all() {
     // 128 MiB, far beyond the caches), plus grouped-query with 8 key heads.
     add("decode/H=32/Hkv=32/m=4096/d=128" + th, [=](benchmark::State& s) { heads(s, 1, 32, 32, 1, 4096, 128, false, t); });
     add("decode/H=32/Hkv=8/m=4096/d=128" + th, [=](benchmark::State& s) { heads(s, 1, 32, 8, 1, 4096, 128, false, t); });
+    // Multi-query: 8 query heads over one key/value head of 65536 keys (64
+    // MiB): one group, its pieces spread over the threads.
+    add("decode/H=8/Hkv=1/m=65536/d=128" + th, [=](benchmark::State& s) { heads(s, 1, 8, 1, 1, 65536, 128, false, t); });
     add("read_kv/H=32/m=4096/d=128" + th, [=](benchmark::State& s) { read_kv(s, 32, 4096, 128, t); });
     // Self-test (e): T = 4096, d_model = 4096 as 32 heads of 128 or one of 4096.
     add("selftest_e/h=32/T=4096/dk=128" + th, [=](benchmark::State& s) { heads(s, 1, 32, 32, 4096, 4096, 128, false, t); });

@@ -8,7 +8,9 @@
 // per thread) each thread takes whole groups, packing into its own buffer;
 // with few, the groups go one by one, the pieces of all of a group's
 // problems (query blocks, or key parts of a decode) spread over the pool, so
-// a batch of short heads still fills the threads. A piece is computed alike
+// a batch of short heads still fills the threads. Either way a group's
+// pieces are taken piece by piece across its problems (plan_group), so that
+// what one query head reads, the next finds in cache. A piece is computed alike
 // whoever runs it and finish() combines a problem's pieces in a fixed order:
 // the results depend neither on the number of threads nor on the way chosen.
 #pragma once
@@ -20,6 +22,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace qkv::kernels {
@@ -61,52 +64,61 @@ const T* pack_group(const Kernel& kernel, const P* group, std::size_t count) {
   return nullptr;
 }
 
-// A whole group on the calling thread, piece by piece across its problems:
-// piece b of every problem, then piece b + 1. The problems of a group read
-// the same K and V, and a decode's piece b is one part of the keys, so the
-// group's other query heads find that part in cache rather than in memory.
+// The pieces of a group's problems in the order they are taken: piece b of
+// every problem, then piece b + 1. The problems of a group read the same K
+// and V, and a decode's piece b is one part of the keys, so the group's
+// other query heads find that part in cache rather than in memory (on the
+// thread that read it, or in the cache the threads share). Also where each
+// problem keeps what its pieces leave, and the largest piece scratch.
+struct group_plan {
+  std::vector<std::pair<std::size_t, std::size_t>> pieces;  // (problem, its piece)
+  std::vector<std::size_t> kept_at;
+  std::size_t scratch = 0;
+};
+
+template <class Kernel, class P>
+group_plan plan_group(const Kernel& kernel, const P* group, std::size_t count) {
+  group_plan plan;
+  plan.kept_at.assign(count + 1, 0);
+  std::size_t most = 0;
+  for (std::size_t x = 0; x < count; ++x) {
+    const bool none = empty(group[x]);
+    plan.kept_at[x + 1] = plan.kept_at[x] + (none ? 0 : kernel.kept_size(group[x]));
+    if (none) continue;
+    most = std::max(most, kernel.pieces(group[x]));
+    plan.scratch = std::max(plan.scratch, kernel.scratch_size(group[x]));
+  }
+  for (std::size_t b = 0; b < most; ++b)
+    for (std::size_t x = 0; x < count; ++x)
+      if (!empty(group[x]) && b < kernel.pieces(group[x])) plan.pieces.emplace_back(x, b);
+  return plan;
+}
+
+// A whole group on the calling thread.
 template <class Kernel, class P, class T = typename P::value_type>
 void run_group(const Kernel& kernel, const P* group, std::size_t count) {
   const T* shared = pack_group(kernel, group, count);
-  std::vector<std::size_t> kept_at(count + 1, 0);
-  std::size_t most = 0, scratch_size = 0;
-  for (std::size_t x = 0; x < count; ++x) {
-    const bool none = empty(group[x]);
-    kept_at[x + 1] = kept_at[x] + (none ? 0 : kernel.kept_size(group[x]));
-    if (none) continue;
-    most = std::max(most, kernel.pieces(group[x]));
-    scratch_size = std::max(scratch_size, kernel.scratch_size(group[x]));
-  }
-  T* scratch = detail::thread_scratch<T, detail::scratch_slot::block>(scratch_size);
-  T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(kept_at[count]);
-  for (std::size_t b = 0; b < most; ++b)
-    for (std::size_t x = 0; x < count; ++x)
-      if (!empty(group[x]) && b < kernel.pieces(group[x])) kernel.piece(group[x], shared, b, scratch, kept + kept_at[x]);
+  const group_plan plan = plan_group(kernel, group, count);
+  T* scratch = detail::thread_scratch<T, detail::scratch_slot::block>(plan.scratch);
+  T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(plan.kept_at[count]);
+  for (const auto& [x, b] : plan.pieces) kernel.piece(group[x], shared, b, scratch, kept + plan.kept_at[x]);
   for (std::size_t x = 0; x < count; ++x)
-    if (!empty(group[x])) kernel.finish(group[x], kept + kept_at[x]);
+    if (!empty(group[x])) kernel.finish(group[x], kept + plan.kept_at[x]);
 }
 
-// A group packed by the caller, then the pieces of all its problems spread
-// over the pool, then each problem finished by the caller.
+// A group packed by the caller, then its pieces spread over the pool, then
+// each problem finished by the caller.
 template <class Kernel, class P, class T = typename P::value_type>
 void spread_group(const Kernel& kernel, const P* group, std::size_t count) {
   const T* shared = pack_group(kernel, group, count);
-  // Problem x has pieces [first[x], first[x + 1]) and keeps at kept_at[x].
-  std::vector<std::size_t> first(count + 1, 0), kept_at(count + 1, 0);
-  for (std::size_t x = 0; x < count; ++x) {
-    const bool none = empty(group[x]);
-    first[x + 1] = first[x] + (none ? 0 : kernel.pieces(group[x]));
-    kept_at[x + 1] = kept_at[x] + (none ? 0 : kernel.kept_size(group[x]));
-  }
-  T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(kept_at[count]);
-  detail::parallel_for(first[count], [&](std::size_t piece) {
-    const auto after = std::upper_bound(first.begin(), first.end(), piece);  // past the piece's problem
-    const std::size_t x = static_cast<std::size_t>(after - first.begin()) - 1;
-    const P& p = group[x];
-    kernel.piece(p, shared, piece - first[x], detail::thread_scratch<T, detail::scratch_slot::block>(kernel.scratch_size(p)), kept + kept_at[x]);
+  const group_plan plan = plan_group(kernel, group, count);
+  T* kept = detail::thread_scratch<T, detail::scratch_slot::kept>(plan.kept_at[count]);
+  detail::parallel_for(plan.pieces.size(), [&](std::size_t k) {
+    const auto [x, b] = plan.pieces[k];
+    kernel.piece(group[x], shared, b, detail::thread_scratch<T, detail::scratch_slot::block>(plan.scratch), kept + plan.kept_at[x]);
   });
   for (std::size_t x = 0; x < count; ++x)
-    if (!empty(group[x])) kernel.finish(group[x], kept + kept_at[x]);
+    if (!empty(group[x])) kernel.finish(group[x], kept + plan.kept_at[x]);
 }
 
 }  // namespace schedule_detail
