@@ -5,7 +5,7 @@
 // parts read in place and their query blocks copy contiguous once, as they
 // pack them anyway (kernels/paged_kv.hpp). Any other expression, and the
 // node-by-node strategy, get every paged operand's sequences copied end to
-// end first (gather_pages). Either way the result is the same expression
+// end first (gather_operands, plain_operands.hpp). Either way the result is the same expression
 // over each sequence's keys gathered into a contiguous tensor.
 #pragma once
 
